@@ -1,0 +1,131 @@
+"""load_model: a pack name, a local HF directory, a GGUF file or a hub id -> a runnable Model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.model import Decoder
+from engine.runner import Model
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    if dtype not in DTYPES:
+        raise EngineError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def load_model(
+    name_or_path: str,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    max_context: int = 4096,
+    progress=None,
+) -> Model:
+    """Load a model by pack name (`smollm2-135m`), local HF directory, GGUF file or hub id.
+
+    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU."""
+    from engine import packs
+
+    device = device or default_device()
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError("CUDA was asked for but no GPU is available here (use --device cpu)")
+    dtype = resolve_dtype(dtype, device)
+    path = Path(os.path.expanduser(name_or_path))
+    if name_or_path in packs.PACKS:
+        path = packs.ensure(name_or_path, progress=progress)
+    elif not path.exists():
+        if looks_like_hub_id(name_or_path):
+            path = hub_snapshot(name_or_path)
+        else:
+            raise EngineError(
+                f"no model {name_or_path!r}: not a file or directory, not a pack "
+                f"({', '.join(packs.PACKS)}), not a hub id (owner/name)"
+            )
+    config, tensors, tokenizer = read_weights(path, progress)
+    with torch.device("meta"):
+        decoder = Decoder(config)
+    decoder = decoder.to_empty(device=device).to(dtype)
+    decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
+    decoder.eval()
+    return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context)
+
+
+def model_name(name_or_path: str) -> str:
+    return Path(name_or_path.rstrip("/")).name.removesuffix(".gguf")
+
+
+def looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """Download (or find in the local cache) a hub repository's config, tokenizer and safetensors."""
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=patterns))
+    except Exception as err:  # offline, unknown repo, gated, network: one line for each
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+        why = "offline (HF_HUB_OFFLINE) and not in the local cache" if offline else type(err).__name__
+        raise EngineError(f"cannot get {repo_id!r} from the hub: {why}") from None
+
+
+def read_weights(path: Path, progress=None) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
+    """Config, HF-named tensors and tokenizer from a GGUF file or an HF-style directory."""
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise EngineError(f"{path} is not a GGUF file or a model directory")
+        from engine.gguf_file import read_gguf
+
+        return read_gguf(path, progress)
+    return read_hf_dir(path)
+
+
+def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
+    from safetensors.torch import load_file
+
+    cfg_file = path / "config.json"
+    if not cfg_file.exists():
+        raise EngineError(f"{path} has no config.json: not a Hugging Face model directory")
+    config = ModelConfig.from_json(cfg_file)
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        files = sorted(p.name for p in path.glob("*.safetensors"))
+    if not files:
+        raise EngineError(f"{path} holds no .safetensors weights")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        try:
+            tensors.update(load_file(str(path / name)))
+        except Exception as err:
+            raise EngineError(f"cannot read {path / name}: {err}") from None
+    return config, tensors, load_tokenizer(path)
+
+
+def load_tokenizer(path: Path, **kw):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), **kw)
+    except Exception:
+        return None

@@ -1,0 +1,174 @@
+"""The decoder: one implementation for Llama (SmolLM2), Qwen2/2.5 (q/k/v bias) and Qwen3 (q/k RMSNorm).
+
+Batch size one: a step is a run of T tokens at consecutive positions of one sequence.
+Weights are fused where a step would otherwise launch several matmuls on the same input
+(q/k/v into qkv_proj, gate/up into gate_up_proj); `load_hf_state` takes the usual HF names.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import StepContext, paged_attention
+from engine.config import ModelConfig
+from engine.errors import EngineError
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE. x: [T, heads, D]; cos, sin: [T, D]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size = cfg.num_heads * cfg.head_dim
+        self.kv_size = cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.scale = cfg.head_dim**-0.5
+
+    def forward(self, x, cos, sin, ctx: StepContext) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        out = paged_attention(q, k, v, self.layer, ctx, self.scale)
+        return self.o_proj(out.reshape(t, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, ctx: StepContext) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def rope_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # computed in float32 on every step: a buffer would be rounded by .to(bfloat16)
+        cfg = self.config
+        dims = torch.arange(0, cfg.head_dim, 2, dtype=torch.float, device=positions.device)
+        inv_freq = 1.0 / cfg.rope_theta ** (dims / cfg.head_dim)
+        freqs = positions.float()[:, None] * inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+    def forward(
+        self,
+        ids: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        ctx: StepContext,
+        capture: tuple[int, ...] = (),
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Final-normed hidden states [T, H]; with `capture`, also the residual stream after each
+        listed layer, concatenated [T, len(capture) * H] (what a DFlash drafter reads)."""
+        x = self.embed_tokens(ids)
+        cos, sin = self.rope_tables(positions, x.dtype)
+        captured = []
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, ctx)
+            if i in capture:
+                captured.append(x)
+        hidden = self.norm(x)
+        if capture:
+            return hidden, torch.cat(captured, dim=-1)
+        return hidden
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    @torch.no_grad()
+    def load_hf_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy weights given under transformers' names (model.layers.0.self_attn.q_proj.weight, ...)."""
+        tensors = {k.removeprefix("model."): v for k, v in tensors.items()}
+        own = dict(self.named_parameters())
+
+        def take(name: str) -> torch.Tensor:
+            if name not in tensors:
+                raise EngineError(f"weights are missing {name!r}: the file does not match this architecture")
+            return tensors.pop(name)
+
+        def put(name: str, value: torch.Tensor) -> None:
+            target = own[name]
+            if target.shape != value.shape:
+                raise EngineError(f"weight {name} has shape {tuple(value.shape)}, expected {tuple(target.shape)}")
+            target.copy_(value)
+
+        cfg = self.config
+        put("embed_tokens.weight", take("embed_tokens.weight"))
+        put("norm.weight", take("norm.weight"))
+        if not cfg.tie_word_embeddings:
+            put("lm_head.weight", take("lm_head.weight"))
+        tensors.pop("lm_head.weight", None)
+        for i in range(cfg.num_layers):
+            p = f"layers.{i}."
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                put(p + norm + ".weight", take(p + norm + ".weight"))
+            a = p + "self_attn."
+            put(a + "qkv_proj.weight", torch.cat([take(a + f"{x}_proj.weight") for x in "qkv"]))
+            if cfg.qkv_bias:
+                put(a + "qkv_proj.bias", torch.cat([take(a + f"{x}_proj.bias") for x in "qkv"]))
+            put(a + "o_proj.weight", take(a + "o_proj.weight"))
+            if cfg.qk_norm:
+                put(a + "q_norm.weight", take(a + "q_norm.weight"))
+                put(a + "k_norm.weight", take(a + "k_norm.weight"))
+            m = p + "mlp."
+            put(m + "gate_up_proj.weight", torch.cat([take(m + "gate_proj.weight"), take(m + "up_proj.weight")]))
+            put(m + "down_proj.weight", take(m + "down_proj.weight"))
+        leftover = [k for k in tensors if "rotary_emb" not in k]
+        if leftover:
+            raise EngineError(f"weights hold {len(leftover)} tensors this architecture has no place for, "
+                              f"e.g. {leftover[0]!r}")

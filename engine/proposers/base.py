@@ -1,0 +1,56 @@
+"""What a proposer is: something that guesses the next k tokens of a context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.errors import EngineError
+
+MAX_K = 15  # a verify step runs the last token and up to 15 drafts: 16 tokens
+
+
+def check_k(k: int) -> int:
+    if not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise EngineError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
+    return k
+
+
+@dataclass
+class Proposal:
+    drafts: list[int]
+    q: torch.Tensor | None = None  # [len(drafts), V]: the distribution each draft was sampled from
+
+
+class Proposer:
+    """propose(context, k) -> Proposal; observe(context) after each step; reset(context) at the start.
+
+    `context` is the whole token list: prompt, then every emitted token; its last element is the
+    token the target will run next. A proposer may return fewer than k drafts (or none).
+    `captured` (when the proposer asked the target for hidden states, as DFlash does) holds the
+    target's states for the context tokens the step made final, in order."""
+
+    name = "proposer"
+    sampled_drafts = False  # True: drafts are drawn from q and verified by the min(1, p/q) rule
+
+    def __init__(self, k: int):
+        self.k = check_k(k)
+
+    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+        pass
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        raise NotImplementedError
+
+    def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+        pass
+
+    def attach(self, target, sampling) -> None:
+        """Called with the target model and the sampling settings before the first proposal."""
+
+    def detach(self, target) -> None:
+        """Called when the generation ends or the proposer is switched away."""
+
+    def describe(self) -> str:
+        return f"{self.name} k={self.k}"

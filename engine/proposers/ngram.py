@@ -1,0 +1,51 @@
+"""Prompt lookup: draft what followed the latest earlier occurrence of the context's last 3, 2 or 1 tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from engine.proposers.base import Proposal, Proposer
+
+MAX_N = 3
+
+
+class NgramProposer(Proposer):
+    name = "n-gram"
+
+    def __init__(self, k: int = 4, max_n: int = MAX_N):
+        super().__init__(k)
+        self.max_n = max_n
+        self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position right after its latest occurrence
+        self.indexed = 0  # n-grams ending before this position are in the index
+
+    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+        self.index.clear()
+        self.indexed = 0
+        self.observe(context)
+
+    def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+        # Index every n-gram that has a following token, i.e. ending at or before len - 2; the
+        # context's own suffix stays out, so a lookup finds an *earlier* occurrence. Grows with
+        # the context: no step rescans it.
+        if self.indexed > len(context):  # the context was rewound (a new reply to the same chat)
+            self.reset(context)
+            return
+        for end in range(self.indexed, len(context) - 1):
+            for n in range(1, self.max_n + 1):
+                if end - n + 1 >= 0:
+                    self.index[tuple(context[end - n + 1 : end + 1])] = end + 1
+        self.indexed = max(self.indexed, len(context) - 1)
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        self.observe(context)
+        for n in range(min(self.max_n, len(context)), 0, -1):
+            start = self.index.get(tuple(context[-n:]))
+            if start is not None:
+                # Copy forward from the match; past the end of the context keep copying from the
+                # drafts themselves, so a repeating pattern still yields k drafts.
+                drafts: list[int] = []
+                for i in range(k):
+                    j = start + i
+                    drafts.append(context[j] if j < len(context) else drafts[j - len(context)])
+                return Proposal(drafts)
+        return Proposal([])

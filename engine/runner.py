@@ -1,0 +1,133 @@
+"""Model: a decoder with its KV pool, tokenizer and the steps the generation loop runs.
+
+Every step runs T consecutive tokens of one sequence and samples, on the device, the token
+that follows each of them: prefill (the prompt, sampling only after its last token), decode
+(T = 1) and verify (T = k + 1) are the same operation. The host reads back only token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.attention import StepContext
+from engine.config import ModelConfig
+from engine.errors import EngineError
+from engine.kv_cache import PagePool, SeqCache
+from engine.model import Decoder
+from engine.sampling import TOKEN, SamplingParams, probabilities, sample
+
+PAGE_SIZE = 16
+MAX_STEP = 16  # longest verify step: k = 15 drafts and the last token
+
+
+@dataclass
+class StepOutput:
+    tokens: torch.Tensor  # [T] sampled after each input token (device)
+    logits: torch.Tensor  # [T, V] (device; the sampled-drafts rule needs them)
+    captured: torch.Tensor | None = None  # [T, n * H] target states for a DFlash drafter
+
+
+@dataclass
+class Model:
+    decoder: Decoder
+    config: ModelConfig
+    tokenizer: object | None = None
+    name: str = "model"
+    max_context: int = 4096
+    capture_layers: tuple[int, ...] = ()  # set while a DFlash drafter is attached
+    pool: PagePool = field(init=False)
+
+    def __post_init__(self):
+        cfg = self.config
+        p = next(self.decoder.parameters())
+        self.device, self.dtype = p.device, p.dtype
+        num_pages = -(-(self.max_context + MAX_STEP) // PAGE_SIZE)
+        self.pool = PagePool(
+            cfg.num_layers, num_pages, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device
+        )
+
+    def new_sequence(self) -> SeqCache:
+        return SeqCache(self.pool)
+
+    def check_room(self, seq: SeqCache, n: int) -> None:
+        if seq.length + n > self.max_context:
+            raise EngineError(
+                f"context full: {seq.length + n} tokens exceed this model's {self.max_context}-token "
+                "context (shorten the prompt, start a new chat, or raise --max-context)"
+            )
+
+    @torch.inference_mode()
+    def forward(self, seq: SeqCache, ids: torch.Tensor, causal: bool = True):
+        """Run ids [T] after the sequence's cached positions; K/V land in the pool."""
+        t = ids.shape[0]
+        self.check_room(seq, t)
+        start = seq.length
+        seq.append(t)
+        slots = seq.slots(0, start + t).to(self.device)
+        ctx = StepContext(self.pool, slots[start:], slots, causal=causal)
+        positions = torch.arange(start, start + t, device=self.device)
+        return self.decoder(ids, positions, ctx, capture=self.capture_layers)
+
+    @torch.inference_mode()
+    def step(
+        self,
+        seq: SeqCache,
+        ids: list[int] | torch.Tensor,
+        sampling: SamplingParams,
+        last_only: bool = False,
+        stream: int = TOKEN,
+    ) -> StepOutput:
+        """Run ids and sample the token after each (after the last only, for a prefill)."""
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
+        start = seq.length
+        out = self.forward(seq, ids)
+        hidden, captured = out if self.capture_layers else (out, None)
+        positions = torch.arange(start + 1, start + ids.shape[0] + 1, device=self.device)
+        if last_only:
+            hidden, positions = hidden[-1:], positions[-1:]
+        logits = self.decoder.logits(hidden)
+        return StepOutput(sample(logits, positions, sampling, stream), logits, captured)
+
+    def probabilities(self, logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+        return probabilities(logits, sampling)
+
+    def encode_chat(self, messages: list[dict], system: str | None = None) -> list[int]:
+        """Token ids of a conversation through the model's chat template, ready for the reply."""
+        if self.tokenizer is None:
+            raise EngineError("this model has no tokenizer")
+        if system:
+            messages = [{"role": "system", "content": system}, *messages]
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                ids = ids["input_ids"]
+            return list(ids)
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+        return self.tokenizer.encode(text)
+
+    def stop_ids(self) -> list[int]:
+        ids = set(self.config.eos_token_ids)
+        tok = self.tokenizer
+        if tok is not None and tok.eos_token_id is not None:
+            ids.add(tok.eos_token_id)
+        for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            if tok is not None and name in getattr(tok, "get_vocab", lambda: {})():
+                ids.add(tok.convert_tokens_to_ids(name))
+        return sorted(ids)
+
+
+def random_model(cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0, std: float = 0.02,
+                 **kw) -> Model:
+    """A model with random weights: tests (any shape) and step benchmarks (speed ignores the values)."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        decoder = Decoder(cfg)
+    for name, p in decoder.named_parameters():
+        if "norm" in name:
+            torch.nn.init.normal_(p, 1.0, 0.1)
+        else:
+            torch.nn.init.normal_(p, 0.0, std)
+    decoder.to(dtype).eval()
+    return Model(decoder, cfg, name=f"random-{cfg.model_type}", **kw)

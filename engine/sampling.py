@@ -1,0 +1,124 @@
+"""Sampling on the device, with counter-based randomness.
+
+The noise for the token at sequence position p is a hash of (seed, p, vocabulary index): the
+token sampled at p does not depend on how many tokens the step computed, nor on what was
+sampled before. Plain decoding and a verify step therefore draw the very same token at p from
+the same logits, which is what makes sampled speculative decoding reproduce plain sampling.
+
+Sampling is the Gumbel-max trick over the filtered logits: argmax(logits / T + g) with
+g = -log(-log(u)) is an exact draw from softmax(logits / T), and needs no host round trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.errors import EngineError
+
+MASK32 = 0xFFFFFFFF
+# Streams of independent noise: the target's own tokens, a drafter's sampled drafts, the
+# accept test and the residual draw of the min(1, p/q) rule.
+TOKEN, DRAFT, ACCEPT, RESIDUAL = 0, 0x2545F491, 0x6A09E667, 0x3C6EF372
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    seed: int = 0
+    max_tokens: int = 256
+
+    def __post_init__(self):
+        if not (self.temperature >= 0.0 and self.temperature <= 100.0):
+            raise EngineError(f"temperature must be between 0 and 100, got {self.temperature}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise EngineError(f"top-k must be a whole number >= 0 (0 turns it off), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise EngineError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise EngineError(f"max tokens must be at least 1, got {self.max_tokens}")
+        if not (isinstance(self.seed, int) and self.seed >= 0):
+            raise EngineError(f"seed must be a whole number >= 0, got {self.seed}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (xor-shift-multiply), in int64 so every product stays below 2**63."""
+    x = x & MASK32
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & MASK32
+    x = ((x ^ (x >> 16)) * 0x45D9F3B) & MASK32
+    return x ^ (x >> 16)
+
+
+def uniform(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+    """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key."""
+    base = _mix(torch.full_like(positions, (seed ^ stream) & MASK32))
+    row = _mix(base + positions * 0x9E3779B1)  # [T]
+    cols = torch.arange(width, device=positions.device, dtype=torch.long)
+    h = _mix(row[:, None] + cols[None, :] * 0x7FEB352D)
+    return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
+
+
+def gumbel(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+    return -torch.log(-torch.log(uniform(seed, stream, positions, width)))
+
+
+def filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits / T with everything outside top-k and top-p set to -inf. [T, V] float32."""
+    scores = logits.float() / params.temperature
+    if params.top_k and params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k, dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        ordered, order = torch.sort(scores, dim=-1, descending=True, stable=True)
+        probs = torch.softmax(ordered, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # mass of the better tokens
+        drop = before >= params.top_p  # keep the fewest top tokens whose mass reaches top_p
+        scores = scores.scatter(-1, order, ordered.masked_fill(drop, float("-inf")))
+    return scores
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution `sample` draws from: softmax of the filtered logits (one-hot when greedy)."""
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    return torch.softmax(filtered(logits, params), dim=-1)
+
+
+def sample(
+    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, stream: int = TOKEN
+) -> torch.Tensor:
+    """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long."""
+    if params.greedy:
+        return logits.argmax(-1)
+    scores = filtered(logits, params)
+    return (scores + gumbel(params.seed, stream, positions, scores.shape[-1])).argmax(-1)
+
+
+def accept_tokens(
+    p: torch.Tensor,  # [k + 1, V] target distribution after each prefix
+    q: torch.Tensor,  # [k, V] the distribution each draft was drawn from
+    drafts: torch.Tensor,  # [k]
+    bonus: torch.Tensor,  # [] the target's own sample after all k drafts
+    positions: torch.Tensor,  # [k] positions of the drafts
+    params: SamplingParams,
+) -> torch.Tensor:
+    """The min(1, p/q) rule for sampled drafts, on the device. Returns [k + 1] tokens: position i
+    holds d_i where d_i is accepted, else a draw from max(p_i - q_i, 0) renormalised; the last
+    holds the bonus. The host keeps tokens while they equal the drafts, then one more: a
+    residual draw never equals its rejected draft, since p(d) < q(d) zeroes it."""
+    k = drafts.shape[0]
+    rows = torch.arange(k, device=drafts.device)
+    p_d, q_d = p[rows, drafts], q[rows, drafts]
+    u = uniform(params.seed, ACCEPT, positions, 1)[:, 0]
+    accepted = u * q_d < p_d
+    residual = (p[:k] - q).clamp_min(0.0)
+    noise = gumbel(params.seed, RESIDUAL, positions, residual.shape[-1])
+    corrections = (torch.log(residual) + noise).argmax(-1)
+    return torch.cat([torch.where(accepted, drafts, corrections), bonus.view(1)])

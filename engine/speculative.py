@@ -1,0 +1,186 @@
+"""The generation loop: propose, verify, accept, truncate.
+
+With `last` the latest token, sampled but not yet run through the model, one step is:
+  1. propose drafts d1..dk to follow the context;
+  2. verify: run [last, d1..dk] as one step and sample the model's own t1..t(k+1) on the device;
+  3. accept while d_i == t_i: emit d1..da, then t(a+1), the bonus (all drafts kept) or the
+     correction (where a draft went wrong), which becomes the next `last`;
+  4. truncate the cache past the kept tokens: the rejected drafts' pages go back to the pool.
+With no proposer (or k = 0) the same step with no drafts is plain decoding.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.errors import EngineError
+from engine.metrics import Metrics
+from engine.proposers.base import MAX_K, Proposal, Proposer
+from engine.sampling import SamplingParams, accept_tokens
+
+
+@dataclass
+class Step:
+    tokens: list[int]  # emitted by this step, in order
+    drafts: list[int]  # what the proposer guessed
+    accepted: int  # how many drafts were kept
+    kind: str  # "plain" (no drafts), "bonus" (every draft kept) or "correction" (a draft refused)
+    k: int  # drafts asked for
+    proposer: str  # who drafted ("off" for plain decoding)
+    propose_s: float
+    verify_s: float
+    position: int  # sequence position of tokens[0]
+    prefill: bool = False
+    finished: str | None = None  # "stop", "length", "cancelled" on the last step
+
+    @property
+    def rejected(self) -> list[int]:
+        """Drafts refused at the rejection point and after it (the teaching view shows them)."""
+        return self.drafts[self.accepted :]
+
+
+@dataclass
+class Result:
+    tokens: list[int]
+    steps: list[Step] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)
+    finished: str | None = None
+
+
+class Generation:
+    """An iterator of Steps. `speculative` and `k` may be changed from another thread while it
+    runs: the change takes effect at the next step. `cancel()` stops at the next step."""
+
+    def __init__(
+        self,
+        model,
+        ids: list[int],
+        sampling: SamplingParams | None = None,
+        stop_ids: list[int] | tuple[int, ...] = (),
+        speculative: Proposer | None = None,
+    ):
+        if not ids:
+            raise EngineError("the prompt is empty")
+        self.model = model
+        self.ids = list(ids)
+        self.sampling = sampling or SamplingParams()
+        self.stop_ids = set(stop_ids)
+        self.speculative = speculative
+        self.metrics = Metrics()
+        self.tokens: list[int] = []
+        self._cancel = threading.Event()
+        self._active: Proposer | None = None
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def __iter__(self) -> Iterator[Step]:
+        model = self.model
+        model.check_room(model.new_sequence(), len(self.ids) + 1)
+        seq = model.new_sequence()
+        try:
+            self._switch(self.speculative)
+            yield from self._run(seq)
+        finally:
+            self._switch(None)
+            seq.release()
+
+    def _switch(self, proposer: Proposer | None, context: list[int] | None = None, captured=None) -> None:
+        if proposer is self._active:
+            return
+        if self._active is not None:
+            self._active.detach(self.model)
+        self._active = proposer
+        if proposer is not None:
+            proposer.attach(self.model, self.sampling)
+            if context is not None:
+                proposer.reset(context, captured)
+
+    def _run(self, seq) -> Iterator[Step]:
+        model, sampling = self.model, self.sampling
+        t0 = time.perf_counter()
+        out = model.step(seq, self.ids, sampling, last_only=True)
+        last = int(out.tokens[-1])
+        context = self.ids + [last]
+        if self._active is not None:
+            self._active.reset(context, out.captured)
+        step = Step([last], [], 0, "plain", 0, "off", 0.0, time.perf_counter() - t0, len(self.ids), prefill=True)
+        yield self._emit(step)
+        while step.finished is None:
+            if self._cancel.is_set():
+                step = Step([], [], 0, "plain", 0, "off", 0.0, 0.0, len(context), finished="cancelled")
+                yield self._emit(step)
+                return
+            self._switch(self.speculative, context)
+            step, captured = self._step(seq, context, last)
+            context.extend(step.tokens)
+            last = context[-1]
+            if self._active is not None and step.finished is None:
+                self._active.observe(context, captured)
+            yield self._emit(step)
+
+    def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
+        model, sampling, proposer = self.model, self.sampling, self._active
+        remaining = sampling.max_tokens - len(self.tokens)
+        room = model.max_context - len(context)
+        k = min(proposer.k if proposer else 0, MAX_K, remaining - 1, room - 1)
+        t0 = time.perf_counter()
+        proposal = proposer.propose(context, k) if k > 0 else Proposal([])
+        drafts = proposal.drafts[:k]
+        t1 = time.perf_counter()
+        out = model.step(seq, [last, *drafts], sampling)
+        targets = self._targets(out, drafts, proposal, len(context))
+        t2 = time.perf_counter()
+        accepted = 0
+        while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
+            accepted += 1
+        seq.truncate(len(context) + accepted)
+        tokens = drafts[:accepted] + [targets[accepted]]
+        kind = "plain" if not drafts else ("bonus" if accepted == len(drafts) else "correction")
+        name = proposer.name if proposer else "off"
+        step = Step(tokens, drafts, accepted, kind, k if proposer else 0, name, t1 - t0, t2 - t1, len(context))
+        captured = None if out.captured is None else out.captured[: accepted + 1]
+        return step, captured
+
+    def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:
+        """The model's token after each prefix; with sampled drafts, the min(1, p/q) outcome."""
+        if not drafts or proposal.q is None:
+            return out.tokens.tolist()
+        device = out.logits.device
+        k = len(drafts)
+        p = self.model.probabilities(out.logits, self.sampling)
+        d = torch.tensor(drafts, device=device)
+        positions = torch.arange(position, position + k, device=device)
+        return accept_tokens(p, proposal.q[:k].to(device), d, out.tokens[k], positions, self.sampling).tolist()
+
+    def _emit(self, step: Step) -> Step:
+        """Cut the step's tokens where plain decoding would have stopped, and count them."""
+        budget = self.sampling.max_tokens - len(self.tokens)
+        for i, token in enumerate(step.tokens):
+            if token in self.stop_ids:
+                step.tokens, step.finished = step.tokens[: i + 1], "stop"
+                break
+        if len(step.tokens) >= budget and step.finished is None:
+            step.finished = "length"
+        if len(step.tokens) > budget:
+            step.tokens = step.tokens[:budget]
+        self.tokens.extend(step.tokens)
+        self.metrics.add(step)
+        return step
+
+
+def stream(model, ids, sampling=None, stop_ids=(), speculative=None) -> Generation:
+    """Iterate the Steps of one reply: `for step in stream(...)`. See `Generation`."""
+    return Generation(model, ids, sampling, stop_ids, speculative)
+
+
+def generate(model, ids, sampling=None, stop_ids=(), speculative=None) -> Result:
+    """The whole reply: its tokens, every Step and the metrics. speculative=None is plain decoding."""
+    gen = Generation(model, ids, sampling, stop_ids, speculative)
+    steps = list(gen)
+    return Result(gen.tokens, steps, gen.metrics, steps[-1].finished if steps else None)

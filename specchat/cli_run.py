@@ -1,0 +1,64 @@
+"""`specchat run`: one prompt, the reply on stdout as it streams, a summary line on stderr."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from engine import EngineError, stream
+from specchat.options import load_target, proposer_from, sampling_from
+
+
+def read_prompt(args) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.prompt_file:
+        try:
+            with open(args.prompt_file, encoding="utf-8") as f:
+                return f.read()
+        except OSError as err:
+            raise EngineError(f"cannot read {args.prompt_file}: {err.strerror}") from None
+    if sys.stdin.isatty():
+        raise EngineError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on standard input")
+    return sys.stdin.read()
+
+
+def run(args) -> int:
+    sampling = sampling_from(args)
+    prompt = read_prompt(args)
+    model = load_target(args)
+    proposer = proposer_from(args, model)
+    if args.raw or model.tokenizer is None:
+        ids = model.tokenizer.encode(prompt) if model.tokenizer else []
+    else:
+        ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
+    print(file=sys.stderr)
+    gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
+    stop = set(model.stop_ids())
+    shown = ""
+    started = time.perf_counter()
+    try:
+        for step in gen:
+            text = model.tokenizer.decode([t for t in gen.tokens if t not in stop])
+            print(text[len(shown):], end="", flush=True)
+            shown = text
+    except KeyboardInterrupt:
+        print("\n[cancelled]", file=sys.stderr)
+    print()
+    m = gen.metrics
+    wall = time.perf_counter() - started
+    who = proposer.describe() if proposer else "plain decoding"
+    print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s", file=sys.stderr)
+    return 0
+
+
+def pull(args) -> int:
+    from engine import packs
+
+    if args.name is None:
+        for name, pack in packs.PACKS.items():
+            print(f"{name:20} {pack.description}")
+        return 0
+    path = packs.ensure(args.name, progress=lambda msg: print(f"\r{msg}", end="", file=sys.stderr, flush=True))
+    print(f"\n{args.name}: {path}")
+    return 0

@@ -1,0 +1,46 @@
+"""Turn command-line options into what the engine takes: a model, a proposer, sampling settings."""
+
+from __future__ import annotations
+
+import sys
+
+from engine import DraftProposer, EngineError, NgramProposer, SamplingParams, load_model
+from engine.proposers.base import check_k
+
+
+def progress_line(message: str) -> None:
+    print(f"\r{message}", end="", file=sys.stderr, flush=True)
+
+
+def sampling_from(args) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        max_tokens=args.max_tokens,
+    )
+
+
+def load_target(args, progress=progress_line):
+    if args.max_context < 32:
+        raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
+    return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
+                      progress=progress)
+
+
+def proposer_from(args, target, progress=progress_line):
+    """The proposer the options ask for (None: plain decoding)."""
+    chosen = [name for name in ("speculate", "draft", "dflash") if getattr(args, name, None)]
+    if len(chosen) > 1:
+        raise EngineError(f"choose one of --speculate, --draft, --dflash (got {', '.join(chosen)})")
+    if args.speculate:
+        return NgramProposer(k=check_k(args.speculate))
+    k = check_k(args.k if args.k is not None else 4)
+    if args.draft:
+        draft = load_model(args.draft, device=str(target.device), dtype=target.dtype,
+                           max_context=target.max_context, progress=progress)
+        return DraftProposer(draft, k=k, sample=args.sample_drafts)
+    if getattr(args, "dflash", None):
+        from engine.proposers.dflash import DFlashProposer, load_drafter
+
+        drafter = load_drafter(args.dflash, target)
+        return DFlashProposer(drafter, k=check_k(args.k if args.k is not None else drafter.block_size - 1))
+    return None
