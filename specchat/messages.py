@@ -1,0 +1,53 @@
+"""Messages the background threads post to the app: they never touch widgets themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from engine import Proposer, Step
+
+
+@dataclass
+class LoadProgress(Message):
+    """A model (the target or a draft) is loading: what it is doing now."""
+
+    what: str
+    text: str
+
+
+@dataclass
+class ModelReady(Message):
+    label: str  # "smollm2-135m · cpu"
+
+
+@dataclass
+class LoadFailed(Message):
+    what: str
+    error: str
+
+
+@dataclass
+class ProposerReady(Message):
+    """A proposer that needed loading (a draft model, a drafter) can draft now."""
+
+    name: str
+    proposer: Proposer
+
+
+@dataclass
+class StepDone(Message):
+    """One engine step of a reply, with the text of each emitted token already decoded."""
+
+    reply: int  # which reply it belongs to
+    step: Step
+    pieces: list[str]  # text of step.tokens[i] ("" while a multi-byte character is incomplete)
+    refused: str  # text of the refused drafts, for the teaching view
+
+
+@dataclass
+class ReplyDone(Message):
+    reply: int
+    finished: str  # "stop", "length", "cancelled" or "error"
+    error: str = ""

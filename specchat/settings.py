@@ -1,0 +1,125 @@
+"""What the chat keeps on disk: its settings, and every conversation as a transcript.
+
+Settings live in the platform's config directory, transcripts and exports in its data directory
+(platformdirs); SPECCHAT_HOME puts both under one directory instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from platformdirs import user_config_path, user_data_path
+
+from engine import SamplingParams
+
+APP = "specchat"
+
+
+def config_dir() -> Path:
+    home = os.environ.get("SPECCHAT_HOME")
+    return Path(home) / "config" if home else user_config_path(APP)
+
+
+def data_dir() -> Path:
+    home = os.environ.get("SPECCHAT_HOME")
+    return Path(home) / "data" if home else user_data_path(APP)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename it over: a crash leaves the old file or
+    the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class Settings:
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 512
+    system: str = ""
+    proposer: str = "n-gram"
+    k: int = 4
+    teaching: bool = False
+    theme: str = "textual-dark"
+
+    def sampling(self) -> SamplingParams:
+        """The sampling settings, checked (EngineError on a bad value)."""
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed, self.max_tokens)
+
+    @classmethod
+    def load(cls) -> Settings:
+        """Saved settings; defaults for anything missing, unreadable or of the wrong type."""
+        try:
+            saved = json.loads((config_dir() / "settings.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return cls()
+        settings = cls()
+        for f in fields(cls):
+            value = saved.get(f.name) if isinstance(saved, dict) else None
+            kind = type(getattr(settings, f.name))
+            if kind is float and type(value) is int:
+                value = float(value)
+            if type(value) is kind:
+                setattr(settings, f.name, value)
+        return settings
+
+    def save(self) -> None:
+        write_atomically(config_dir() / "settings.json", json.dumps(asdict(self), indent=2))
+
+
+@dataclass
+class ChatRecord:
+    """One conversation: what was said, by whom, and how each reply ended."""
+
+    model: str
+    system: str = ""
+    messages: list[dict] = field(default_factory=list)  # {"role", "content"[, "finished", "stats"]}
+    started: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
+    id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + os.urandom(3).hex())
+
+    @property
+    def path(self) -> Path:
+        return data_dir() / "transcripts" / f"{self.id}.json"
+
+    def history(self) -> list[dict]:
+        """The turns in the form a chat template takes."""
+        return [{"role": m["role"], "content": m["content"]} for m in self.messages]
+
+    def save(self) -> Path:
+        write_atomically(self.path, json.dumps(asdict(self), indent=2, ensure_ascii=False))
+        return self.path
+
+    def markdown(self) -> str:
+        lines = [f"# specchat · {self.model} · {self.started}", ""]
+        if self.system:
+            lines += [f"*System:* {self.system}", ""]
+        for m in self.messages:
+            who = "You" if m["role"] == "user" else "Model"
+            lines += [f"## {who}", "", m["content"], ""]
+            if m.get("finished") == "cancelled":
+                lines += ["*(stopped)*", ""]
+            if m.get("stats"):
+                lines += [f"*{m['stats']}*", ""]
+        return "\n".join(lines)
+
+    def export(self, path: Path | None = None) -> Path:
+        path = path or data_dir() / "exports" / f"{self.id}.md"
+        write_atomically(path, self.markdown())
+        return path

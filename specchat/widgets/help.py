@@ -1,0 +1,59 @@
+"""The help screen: what the colours mean, what speculative decoding does, and the keys."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from specchat.widgets.transcript import STYLES
+
+KEYS = (
+    ("enter", "send the message"),
+    ("esc", "stop the reply (what was written stays)"),
+    ("ctrl+p", "next proposer: off, n-gram, draft, DFlash (those available)"),
+    ("+ / -", "more or fewer drafts per step (k), with the input empty"),
+    ("ctrl+t", "teaching view: show refused drafts"),
+    ("ctrl+b", "show or hide the speculation panel"),
+    ("ctrl+s", "settings: sampling, system prompt, theme"),
+    ("ctrl+n", "new chat"),
+    ("f1 / ?", "this help"),
+    ("ctrl+q", "quit"),
+    ("/export", "write the chat as Markdown (/export FILE to choose where)"),
+    ("/system", "/system TEXT sets the system prompt; /new, /k N, /proposer NAME"),
+)
+
+
+def explanation() -> Content:
+    s = STYLES
+    return Content.assemble(
+        "Speculative decoding lets a cheap proposer guess the next few tokens and has the model check "
+        "all of those drafts in one step, keeping each one it would have written itself, so one step "
+        "can yield several tokens and the text is still the model's own.\n\n",
+        "Tokens styled ", ("like this", s["accepted"]), " are drafts the model accepted, ",
+        ("like this", s["bonus"]), " the bonus token it adds when it accepted every draft of a step, ",
+        ("like this", s["correction"]), " its correction where it refused a draft, and ",
+        ("like this", s["plain"]), " plain decoding, one token per step with no drafts.\n\n",
+        "The teaching view (ctrl+t) shows each step's refused drafts ", ("like this", s["refused"]),
+        " right after the correction, so you read what was guessed and what the model wanted instead.",
+    )
+
+
+def keys() -> Content:
+    return Content("\n").join(
+        Content.assemble((f"{key:>9}  ", "bold $text-accent"), what) for key, what in KEYS
+    )
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss", "close", show=True)]
+
+    def compose(self):
+        with VerticalScroll(id="help"):
+            yield Static(Content.styled("What you are looking at", "bold"), classes="heading")
+            yield Static(explanation(), id="help-text")
+            yield Static(Content.styled("Keys", "bold"), classes="heading")
+            yield Static(keys(), id="help-keys")
+            yield Static(Content.styled("esc closes this screen", "$text-muted"))

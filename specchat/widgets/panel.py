@@ -1,0 +1,142 @@
+"""The speculation panel: what drafts now, what the last step did, and what it all cost."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Static
+
+from engine import Metrics, Step
+
+BARS = "▁▂▃▄▅▆▇█"
+KIND_STYLES = {"bonus": "$text-primary", "correction": "$text-warning", "plain": "$text-muted"}
+HISTORY = 30  # steps the sparkline shows
+
+
+class Stats:
+    """Metrics of the reply being written and of the whole session, plus the cost of a plain step.
+
+    The speedup compares decode speed with 1 / (mean time of a plain decode step), measured on
+    this model in this session: plain replies and speculative steps that found no drafts both
+    time one. Until one has been timed, there is no speedup to show."""
+
+    def __init__(self) -> None:
+        self.session = Metrics()
+        self.plain_steps = 0
+        self.plain_s = 0.0
+        self.new_reply()
+
+    def new_reply(self) -> None:
+        self.reply = Metrics()
+        self.history: deque[Step] = deque(maxlen=HISTORY)
+        self.last: Step | None = None
+
+    def add(self, step: Step) -> None:
+        self.reply.add(step)
+        self.session.add(step)
+        if step.prefill or not (step.tokens or step.drafts):
+            return
+        self.history.append(step)
+        self.last = step
+        if not step.drafts:
+            self.plain_steps += 1
+            self.plain_s += step.verify_s
+
+    @property
+    def plain_step_s(self) -> float | None:
+        return self.plain_s / self.plain_steps if self.plain_steps else None
+
+    def speedup(self, m: Metrics) -> float | None:
+        plain = self.plain_step_s
+        if plain is None or not m.tokens_per_second:
+            return None
+        return m.tokens_per_second * plain
+
+
+def row(label: str, reply: str, session: str) -> Content:
+    return Content.assemble((f"{label:<12}", "$text-muted"), f"{reply:>9}{session:>10}\n")
+
+
+def figures(stats: Stats) -> Content:
+    r, s = stats.reply, stats.session
+
+    def speed(m: Metrics) -> str:
+        x = stats.speedup(m)
+        return "—" if x is None else f"x{x:.2f}"
+
+    def ms(seconds: float, steps: int) -> str:
+        return f"{1000 * seconds / steps:.2f}" if steps else "—"
+
+    plain = stats.plain_step_s
+    basis = "plain step  not timed yet" if plain is None else f"plain step {1000 * plain:7.2f} ms"
+    return Content.assemble(
+        Content.styled(f"{'':<12}{'reply':>9}{'session':>10}\n", "bold"),
+        row("tokens/step", f"{r.mean_acceptance_length:.2f}", f"{s.mean_acceptance_length:.2f}"),
+        row("acceptance", f"{100 * r.draft_acceptance_rate:.0f} %", f"{100 * s.draft_acceptance_rate:.0f} %"),
+        row("tok/s", f"{r.tokens_per_second:.1f}", f"{s.tokens_per_second:.1f}"),
+        row("speedup", speed(r), speed(s)),
+        row("propose ms", ms(r.propose_s, r.steps), ms(s.propose_s, s.steps)),
+        row("verify ms", ms(r.verify_s, r.steps), ms(s.verify_s, s.steps)),
+        (basis, "$text-muted"),
+    )
+
+
+def last_step(step: Step | None) -> Content:
+    if step is None:
+        return Content.styled("last step   —", "$text-muted")
+    if not step.drafts:
+        what = ("plain decode", KIND_STYLES["plain"])
+    else:
+        what = (f"{len(step.drafts)} drafted · {step.accepted} accepted\n{'':12}{step.kind}", KIND_STYLES[step.kind])
+    return Content.assemble(("last step   ", "$text-muted"), what)
+
+
+def sparkline(steps: list[Step]) -> Content:
+    """Accepted drafts per step, a bar each, coloured by how the step ended."""
+    if not steps:
+        return Content.styled("—", "$text-muted")
+    top = max(max(s.k for s in steps), 1)
+    return Content.assemble(*(
+        (BARS[round(s.accepted / top * (len(BARS) - 1))], KIND_STYLES[s.kind if s.drafts else "plain"])
+        for s in steps
+    ))
+
+
+def histogram(m: Metrics, width: int = 18) -> Content:
+    """Steps by number of accepted drafts."""
+    if not m.histogram:
+        return Content.styled("—", "$text-muted")
+    most = max(m.histogram.values())
+    lines = []
+    for accepted in range(max(m.histogram) + 1):
+        count = m.histogram.get(accepted, 0)
+        bar = "█" * max(round(count / most * width), 1 if count else 0)
+        lines.append(Content.assemble(f"{accepted:>2} ", (f"{bar:<{width}}", "$text-success"), f" {count}"))
+    return Content("\n").join(lines)
+
+
+class SpecPanel(VerticalScroll):
+    """The right-hand panel. `show(...)` redraws it from the stats."""
+
+    def compose(self):
+        yield Static(id="proposer")
+        yield Static(id="last-step")
+        yield Static(id="figures")
+        yield Static("accepted per step · reply", classes="heading")
+        yield Static(id="sparkline")
+        yield Static("accepted per step · session", classes="heading")
+        yield Static(id="histogram")
+
+    def show(self, stats: Stats, proposer: str, k: int, loading: str = "") -> None:
+        drafting = Content.assemble(("proposer    ", "$text-muted"), (proposer, "bold"))
+        if proposer != "off":
+            drafting += Content.assemble("  ", ("k ", "$text-muted"), (str(k), "bold"))
+        if loading:
+            drafting += Content.styled(f"\n{loading}", "$text-warning")
+        self.query_one("#proposer", Static).update(drafting)
+        self.query_one("#last-step", Static).update(last_step(stats.last))
+        self.query_one("#figures", Static).update(figures(stats))
+        self.query_one("#sparkline", Static).update(sparkline(list(stats.history)))
+        self.query_one("#histogram", Static).update(histogram(stats.session))

@@ -1,0 +1,203 @@
+"""The chat app driven through Textual's Pilot, on the scripted engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specchat.app import make_app
+from specchat.settings import Settings, data_dir
+from specchat.widgets.panel import SpecPanel
+from specchat.widgets.transcript import STYLES, ReplyView
+from tests.test_app_session import WORDS, ScriptedSession
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    return tmp_path
+
+
+async def until(pilot, condition, what: str = "the condition") -> None:
+    """Let the app run until `condition()` holds (the engine thread posts at its own pace)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+async def ready(pilot) -> None:
+    await until(pilot, lambda: pilot.app.session.model is not None and pilot.app.proposer_name != "off"
+                and not pilot.app.query_one("#prompt").disabled, "the model")
+
+
+async def say(pilot, text: str) -> None:
+    pilot.app.query_one("#prompt").value = text
+    await pilot.press("enter")
+
+
+def steps_shown(app) -> int:
+    return len(app.stats.history)
+
+
+def reply(app) -> ReplyView:
+    return app.query(ReplyView).last()
+
+
+async def test_each_token_is_styled_by_where_it_came_from():
+    app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "tell me about a fox")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        view = reply(app)
+        # prefill: plain; 2 accepted + correction; 4 accepted + bonus; correction with none accepted
+        expected = (
+            [(WORDS[0], "plain")]
+            + [(w, "accepted") for w in WORDS[1:3]] + [(WORDS[3], "correction"), (" cat cat", "refused")]
+            + [(w, "accepted") for w in WORDS[4:8]] + [(WORDS[8], "bonus")]
+            + [(WORDS[9], "correction"), (" cat cat cat cat", "refused")]
+        )
+        assert view.pieces[: len(expected)] == expected
+        assert view.text.startswith("".join(WORDS[:10]))
+        # the rendered text carries each piece's style, and hides refused drafts until teaching is on
+        content = view.content()
+        for text, kind in expected:
+            at = content.plain.find(text)
+            if kind == "refused":
+                assert " cat" not in content.plain
+                continue
+            styles = [str(s.style) for s in content.spans if s.start <= at < s.end]
+            assert styles == ([STYLES[kind]] if STYLES[kind] else []), (text, kind)
+        await pilot.press("ctrl+t")
+        assert " cat" in view.content().plain
+        assert app.settings.teaching
+
+
+async def test_switching_proposer_mid_reply_changes_the_next_step():
+    session = ScriptedSession(accepts=[1], stepwise=True)
+    app = make_app(session, Settings(proposer="n-gram", k=3), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "go")
+        session.release(1)
+        await until(pilot, lambda: steps_shown(app) == 1, "the first step")
+        assert (app.stats.last.proposer, app.stats.last.k) == ("n-gram", 3)
+        await pilot.press("ctrl+p")  # n-gram -> draft, which loads in the background first
+        await until(pilot, lambda: app.proposer_name == "draft", "the draft model")
+        await pilot.press("plus")  # the input is empty: + raises k
+        session.release(1)
+        await until(pilot, lambda: steps_shown(app) == 2, "the second step")
+        assert (app.stats.last.proposer, app.stats.last.k) == ("draft", 4)
+        await pilot.press("ctrl+p")  # draft -> off: plain decoding from the next step
+        session.release(1)
+        await until(pilot, lambda: steps_shown(app) == 3, "the third step")
+        assert (app.stats.last.proposer, app.stats.last.kind) == ("off", "plain")
+        assert app.gen is not None  # the same reply went on throughout
+        app.action_stop()
+
+
+async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
+    session = ScriptedSession(accepts=[1], stepwise=True)
+    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "first")
+        session.release(2)
+        await until(pilot, lambda: steps_shown(app) == 2, "two steps")
+        await pilot.press("escape")
+        await until(pilot, lambda: app.gen is None, "the stop")
+        first = reply(app)
+        assert first.text == "".join(WORDS[:5])  # prefill + two steps of (1 accepted + correction)
+        assert first.status.startswith("stopped")
+        saved = json.loads(app.record.path.read_text())
+        assert saved["messages"][-1] == {**saved["messages"][-1], "content": first.text, "finished": "cancelled"}
+
+        session.stepwise = False
+        await say(pilot, "second")
+        await until(pilot, lambda: app.gen is None and reply(app) is not first and reply(app).status, "a reply")
+        assert reply(app).text == "".join(WORDS)
+        assert [m["role"] for m in session.prompts[-1]] == ["user", "assistant", "user"]
+        assert session.prompts[-1][1]["content"] == first.text
+
+
+async def test_every_reply_is_saved_and_export_writes_markdown(home):
+    app = make_app(ScriptedSession(), Settings(), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "hello")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        saved = json.loads(app.record.path.read_text())
+        assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
+        assert saved["messages"][1]["content"] == "".join(WORDS)
+        await say(pilot, "/export")
+        markdown = (data_dir() / "exports" / f"{app.record.id}.md").read_text()
+        assert "## You\n\nhello" in markdown and "".join(WORDS) in markdown
+
+
+async def test_new_chat_starts_empty_and_settings_are_saved(home):
+    app = make_app(ScriptedSession(), Settings(), save=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "hello")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        old = app.record.path
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert not app.query(ReplyView) and app.record.messages == []
+        assert old.exists()
+        await pilot.press("ctrl+s")
+        temperature = app.screen.query_one("#temperature")
+        temperature.value = "0.8"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert app.settings.temperature == 0.8
+        assert Settings.load().temperature == 0.8
+        await say(pilot, "/system be brief")
+        assert Settings.load().system == "be brief"
+
+
+async def test_settings_screen_refuses_a_bad_value():
+    app = make_app(ScriptedSession(), Settings(), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#top_p").value = "2"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "top-p" in str(app.screen.query_one("#settings-error").render())
+        await pilot.press("escape")
+        assert app.settings.top_p == 1.0
+
+
+async def test_the_panel_folds_away_on_a_narrow_terminal():
+    app = make_app(ScriptedSession(), Settings(), save=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        panel = app.query_one(SpecPanel)
+        assert not panel.display
+        await pilot.press("ctrl+b")
+        assert panel.display
+        await pilot.resize_terminal(120, 30)
+        await pilot.press("ctrl+b")
+        assert not panel.display
+
+
+async def test_typed_plus_and_question_mark_are_text_not_keys():
+    app = make_app(ScriptedSession(), Settings(k=4), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("a", "plus", "question_mark")
+        assert app.query_one("#prompt").value == "a+?"
+        assert app.settings.k == 4 and app.screen is app.screen_stack[0]
+        app.query_one("#prompt").value = ""
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert app.screen is not app.screen_stack[0]  # the help screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]
