@@ -1,0 +1,234 @@
+"""The bench's outputs: Markdown tables, a JSON file of every figure with its environment, and a
+PNG chart of speedup against k (when matplotlib is installed)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+from engine.bench.speculative import METHOD_ORDER, SPECCHAT, TRANSFORMERS
+
+SCHEMA = 1
+DASH = "–"
+
+
+def environment(device, dtype, command: str) -> dict:
+    """Where and how the figures were measured."""
+    import transformers
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        hardware = torch.cuda.get_device_name(device)
+    else:
+        hardware = cpu_name()
+    return {
+        "device": str(device),
+        "hardware": hardware,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+    }
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()}"
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, with "+dirty" when files differ from it; None outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (commit + ("+dirty" if dirty else "")) or None
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+# ---- Markdown ------------------------------------------------------------------------------
+
+
+def fmt(value, spec: str = ".1f", suffix: str = "") -> str:
+    return DASH if value is None else f"{value:{spec}}{suffix}"
+
+
+def sort_key(r: dict):
+    return (METHOD_ORDER.index(r["method"]) if r["method"] in METHOD_ORDER else 99, r["k"])
+
+
+def sections(results: dict) -> list[tuple[dict, str]]:
+    """(prompt, sampling) pairs in the order they ran."""
+    prompts = {p["name"]: p for p in results["prompts"]}
+    seen = []
+    for r in results["rows"]:
+        key = (r["prompt"], r["sampling"])
+        if key not in seen:
+            seen.append(key)
+    return [(prompts[p], s) for p, s in seen]
+
+
+def detail_table(results: dict, prompt: dict, sampling: str) -> str:
+    """Every row of ours for one prompt and sampling, with transformers' same method beside it."""
+    rows = [r for r in results["rows"] if r["prompt"] == prompt["name"] and r["sampling"] == sampling]
+    ours = sorted((r for r in rows if r["engine"] == SPECCHAT), key=sort_key)
+    heuristic = any(r.get("transformers_heuristic_tok_s") for r in ours)
+    head = ["method", "k", "tok/s", "speedup", "tokens/step", "accepted", "propose ms", "verify ms",
+            "same text", "transformers tok/s", "ours / theirs"]
+    if heuristic:
+        head += ["transformers heuristic tok/s", "ours / heuristic"]
+    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for r in ours:
+        drafting = r["method"] != "plain"
+        cells = [
+            r["label"], str(r["k"]) if drafting else DASH, fmt(r["tok_s"]), fmt(r["speedup"], ".2f", "×"),
+            fmt(r.get("tokens_per_step"), ".2f"),
+            fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
+            fmt(r.get("propose_ms"), ".2f") if drafting else DASH, fmt(r.get("verify_ms"), ".2f"),
+            same_text(r), fmt(r.get("transformers_tok_s")), fmt(r.get("ours_over_transformers"), ".2f", "×"),
+        ]
+        if heuristic:
+            cells += [fmt(r.get("transformers_heuristic_tok_s")), fmt(r.get("ours_over_transformers_heuristic"),
+                                                                      ".2f", "×")]
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def same_text(r: dict) -> str:
+    if r["method"] == "plain" or r["same_text"] is None:
+        return DASH
+    return "yes" if r["same_text"] else ("NO" if r["deterministic"] else "no")
+
+
+def best_cell(results: dict, engine: str, prompt: str, sampling: str, method: str) -> str:
+    for b in results["best"]:
+        if (b["engine"], b["prompt"], b["sampling"], b["method"]) == (engine, prompt, sampling, method):
+            return f"{b['speedup']:.2f}× (k = {b['k']})" if b["speedup"] is not None else DASH
+    return DASH
+
+
+def summary_table(results: dict) -> str:
+    """The seed's table: per prompt, each method's speedup over plain decoding at its best k."""
+    rows = results["rows"]
+    present = {(r["engine"], r["method"]) for r in rows}
+    ours = [m for m in ("ngram", "draft", "dflash") if (SPECCHAT, m) in present]
+    theirs = [m for m in ("ngram", "draft", "draft-heuristic") if (TRANSFORMERS, m) in present]
+    label = {r["method"]: r["label"] for r in rows if r["engine"] == SPECCHAT}
+    names = {"ngram": "n-gram", "draft": label.get("draft", "draft"), "dflash": label.get("dflash", "DFlash")}
+    their_names = {"ngram": "prompt lookup", "draft": "assistant", "draft-heuristic": "assistant, heuristic"}
+    head = ["prompt", "plain tok/s", *(names[m] for m in ours)]
+    if "dflash" in ours:
+        head.append("DFlash tokens per step")
+    if (TRANSFORMERS, "plain") in present:
+        head += ["transformers plain tok/s", *(f"transformers {their_names[m]}" for m in theirs)]
+    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for prompt, sampling in sections(results):
+        name = prompt["title"] if sampling == "greedy" else f"{sampling}: {prompt['name']}"
+
+        def plain(engine: str):
+            return next((r["tok_s"] for r in rows if (r["engine"], r["prompt"], r["sampling"], r["method"])
+                         == (engine, prompt["name"], sampling, "plain")), None)
+
+        cells = [name, fmt(plain(SPECCHAT))]
+        cells += [best_cell(results, SPECCHAT, prompt["name"], sampling, m) for m in ours]
+        if "dflash" in ours:
+            best = next((b for b in results["best"] if (b["engine"], b["prompt"], b["sampling"], b["method"])
+                         == (SPECCHAT, prompt["name"], sampling, "dflash")), None)
+            cells.append(fmt(best and best["tokens_per_step"]))
+        if (TRANSFORMERS, "plain") in present:
+            cells.append(fmt(plain(TRANSFORMERS)))
+            cells += [best_cell(results, TRANSFORMERS, prompt["name"], sampling, m) for m in theirs]
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def markdown(results: dict) -> str:
+    """The whole report: the best-k summary, then one detail table per prompt and sampling."""
+    env, settings = results["environment"], results["settings"]
+    out = [
+        f"Target {settings['model']} on {env['hardware']} ({env['dtype']}), {settings['max_new_tokens']} new "
+        f"tokens, median of {settings['repeats']} after {settings['warmup']} warm-up; torch {env['torch']}, "
+        f"transformers {env['transformers']}, commit {env['commit'] or 'unknown'}, {env['date']}.",
+        f"`{env['command']}`",
+        "",
+        "Speedup: decode tokens per second over plain decoding's, same engine, prompt and sampling, "
+        "at each method's best k.",
+        "",
+        summary_table(results),
+    ]
+    for note in results.get("notes", []):
+        out += ["", note]
+    for prompt, sampling in sections(results):
+        sampled = results["settings"]["samplings"][sampling]
+        out += ["", f"### {prompt['title']}, {sampling} ({sampling_words(sampled)}; prompt {prompt['tokens']} "
+                    "tokens)", "", detail_table(results, prompt, sampling)]
+    return "\n".join(out) + "\n"
+
+
+def sampling_words(s: dict) -> str:
+    if s["temperature"] == 0:
+        return "argmax"
+    return f"temperature {s['temperature']}, top-p {s['top_p']}, top-k {s['top_k']}, seed {s['seed']}"
+
+
+# ---- Chart ---------------------------------------------------------------------------------
+
+
+def write_chart(results: dict, path: Path) -> str | None:
+    """Speedup against k, one panel per prompt and sampling; None when matplotlib is missing
+    (the reason is returned instead of raised: the chart is optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no chart: matplotlib is not installed (pip install matplotlib)"
+    panels = sections(results)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False, sharey=True)
+    rows = results["rows"]
+    for ax, (prompt, sampling) in zip(axes[0], panels):
+        here = [r for r in rows if r["prompt"] == prompt["name"] and r["sampling"] == sampling]
+        ours_plain = next((r["tok_s"] for r in here if r["engine"] == SPECCHAT and r["method"] == "plain"), None)
+        for engine, style in ((SPECCHAT, "-o"), (TRANSFORMERS, "--x")):
+            for method in METHOD_ORDER[1:]:
+                line = sorted((r for r in here if r["engine"] == engine and r["method"] == method),
+                              key=lambda r: r["k"])
+                if line and ours_plain:
+                    ax.plot([r["k"] for r in line], [r["tok_s"] / ours_plain for r in line], style,
+                            label=line[0]["label"])
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"{prompt['name']}, {sampling}")
+        ax.set_xlabel("k (drafts per step)")
+    axes[0][0].set_ylabel("tok/s over our plain decoding")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None

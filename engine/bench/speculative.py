@@ -1,0 +1,200 @@
+"""The speculative-decoding bench: plain decoding and every proposer over a k sweep, on the same
+prompts, timed the same way, in one run.
+
+A job is one configuration (engine, prompt, sampling, method, k); it runs `warmup` untimed and
+`repeats` timed generations, and its row holds the median. Decode speed counts the tokens after
+the first over the wall time after the prefill step, so every cost of a speculative step (propose,
+verify, accept, the proposer's bookkeeping) is in it. Speedups and ours / theirs ratios are
+divided out of those measured rates, never copied from anywhere else.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.bench.prompts import Prompt
+from engine.metrics import Metrics
+from engine.proposers import DraftProposer, NgramProposer
+from engine.proposers.base import Proposer, check_k
+from engine.sampling import SamplingParams
+from engine.speculative import stream
+
+SPECCHAT, TRANSFORMERS = "specchat", "transformers"
+METHOD_ORDER = ["plain", "ngram", "draft", "draft-heuristic", "dflash"]
+
+
+@dataclass
+class Run:
+    """One timed generation."""
+
+    tokens: list[int]  # every emitted token, the prefill's first one included
+    decode_s: float  # wall time of the steps after the prefill
+    prefill_s: float
+    metrics: Metrics | None = None  # ours only: transformers' generate reports no steps
+
+
+@dataclass
+class Case:
+    """One prompt under one sampling setting: the ids every engine runs."""
+
+    prompt: Prompt
+    sampling_name: str  # "greedy" or "sampled"
+    sampling: SamplingParams
+    ids: list[int]
+
+
+@dataclass
+class Method:
+    """How one row of ours drafts: `make()` builds a fresh proposer (None: plain decoding)."""
+
+    name: str  # plain, ngram, draft, dflash
+    k: int
+    label: str
+    make: Callable[[], Proposer | None]
+
+
+@dataclass
+class Job:
+    engine: str
+    case: Case
+    method: str
+    k: int
+    label: str
+    deterministic: bool  # its text must equal plain decoding's, sampled or not
+    run: Callable[[], Run]
+
+
+def methods(ks: list[int], draft=None, dflash=None, dflash_label: str = "DFlash") -> list[Method]:
+    """Plain decoding, then n-gram, the draft model and DFlash (when given) at every k.
+
+    dflash is a loaded drafter; k past its block (block_size - 1 drafts) is skipped."""
+    ks = [check_k(k) for k in ks]
+    out = [Method("plain", 0, "plain", lambda: None)]
+    out += [Method("ngram", k, "n-gram", lambda k=k: NgramProposer(k=k)) for k in ks]
+    if draft is not None:
+        out += [Method("draft", k, f"draft {draft.name}", lambda k=k: DraftProposer(draft, k=k)) for k in ks]
+    if dflash is not None:
+        from engine.proposers.dflash import DFlashProposer
+
+        out += [
+            Method("dflash", k, dflash_label, lambda k=k: DFlashProposer(dflash, k=k))
+            for k in ks if k <= dflash.block_size - 1
+        ]
+    return out
+
+
+def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, proposer) -> Run:
+    """One generation through our loop; the clock starts once the prefill step has returned."""
+    gen = stream(model, ids, sampling, stop_ids=stop_ids, speculative=proposer)
+    steps = iter(gen)
+    first = next(steps)
+    start = time.perf_counter()
+    for _ in steps:
+        pass
+    return Run(list(gen.tokens), time.perf_counter() - start, first.verify_s, gen.metrics)
+
+
+def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:
+    stop_ids = model.stop_ids()
+    return [
+        Job(SPECCHAT, case, m.name, m.k, m.label, True,
+            lambda case=case, m=m: timed_generate(model, case.ids, case.sampling, stop_ids, m.make()))
+        for case in cases for m in method_list
+    ]
+
+
+def execute(jobs: list[Job], warmup: int, repeats: int, tick: Callable[[str], None] = lambda _: None) -> list[dict]:
+    """Run every job (warm-up runs, then timed repeats) and return one row each, linked."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be >= 1 and warmup >= 0")
+    rows = []
+    for job in jobs:
+        runs = []
+        for i in range(warmup + repeats):
+            tick(describe(job))
+            run = job.run()
+            if i >= warmup:
+                runs.append(run)
+        rows.append(row(job, runs))
+    return link(rows)
+
+
+def describe(job: Job) -> str:
+    k = f" k={job.k}" if job.k else ""
+    return f"{job.case.prompt.name} {job.case.sampling_name} {job.engine} {job.method}{k}"
+
+
+def row(job: Job, runs: list[Run]) -> dict:
+    """The figures of one job: medians over its timed runs."""
+    tokens = runs[-1].tokens
+    decode_s = statistics.median(r.decode_s for r in runs)
+    decode_tokens = len(tokens) - 1
+    out = {
+        "engine": job.engine,
+        "prompt": job.case.prompt.name,
+        "sampling": job.case.sampling_name,
+        "method": job.method,
+        "k": job.k,
+        "label": job.label,
+        "deterministic": job.deterministic,
+        "new_tokens": len(tokens),
+        "decode_tokens": decode_tokens,
+        "decode_s": decode_s,
+        "decode_s_runs": [r.decode_s for r in runs],
+        "tok_s": decode_tokens / decode_s if decode_s > 0 else 0.0,
+        "prefill_ms": 1000 * statistics.median(r.prefill_s for r in runs),
+        "repeats_agree": all(r.tokens == tokens for r in runs),
+        "tokens": tokens,
+    }
+    metrics = [r.metrics for r in runs if r.metrics is not None]
+    if metrics:
+        m = metrics[-1]
+        out.update({
+            "steps": m.steps,
+            "tokens_per_step": m.mean_acceptance_length,
+            "drafted": m.drafted,
+            "accepted": m.accepted,
+            "acceptance_rate": m.draft_acceptance_rate,
+            "propose_ms": 1000 * statistics.median(x.propose_s / max(x.steps, 1) for x in metrics),
+            "verify_ms": 1000 * statistics.median(x.verify_s / max(x.steps, 1) for x in metrics),
+            "metrics": m.as_dict(),
+        })
+    return out
+
+
+def link(rows: list[dict]) -> list[dict]:
+    """Set each row's speedup over its engine's plain row (same prompt and sampling), whether
+    its tokens equal that plain row's, and, on our rows, the ratio to transformers' same method."""
+    index = {(r["engine"], r["prompt"], r["sampling"], r["method"], r["k"]): r for r in rows}
+    for r in rows:
+        plain = index.get((r["engine"], r["prompt"], r["sampling"], "plain", 0))
+        r["speedup"] = r["tok_s"] / plain["tok_s"] if plain and plain["tok_s"] > 0 else None
+        r["same_text"] = r["tokens"] == plain["tokens"] if plain else None
+    for r in rows:
+        if r["engine"] != SPECCHAT:
+            continue
+        for suffix in ("", "-heuristic"):
+            theirs = index.get((TRANSFORMERS, r["prompt"], r["sampling"], r["method"] + suffix, r["k"]))
+            key = "transformers" + suffix.replace("-", "_")
+            r[f"{key}_tok_s"] = theirs["tok_s"] if theirs else None
+            r[f"ours_over_{key}"] = r["tok_s"] / theirs["tok_s"] if theirs and theirs["tok_s"] > 0 else None
+    return rows
+
+
+def best_k(rows: list[dict]) -> list[dict]:
+    """Per engine, prompt, sampling and method: the k with the highest decode speed."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if r["method"] == "plain":
+            continue
+        key = (r["engine"], r["prompt"], r["sampling"], r["method"])
+        if key not in best or r["tok_s"] > best[key]["tok_s"]:
+            best[key] = r
+    return [
+        {"engine": e, "prompt": p, "sampling": s, "method": m, "k": r["k"], "tok_s": r["tok_s"],
+         "speedup": r["speedup"], "tokens_per_step": r.get("tokens_per_step")}
+        for (e, p, s, m), r in best.items()
+    ]

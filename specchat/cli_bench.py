@@ -1,0 +1,276 @@
+"""`specchat bench` (the results table, side by side with transformers) and `specchat compare`
+(every proposer at a few k on the user's own prompt)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+DEFAULT_KS = [1, 2, 4, 7, 10, 15]
+COMPARE_KS = [2, 4, 8]
+RANDOM = "random"
+
+
+def add_common_arguments(p: argparse.ArgumentParser, ks: list[int], max_new_tokens: int, repeats: int) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="target: pack name, HF directory, GGUF file or hub id")
+    p.add_argument("--draft", metavar="MODEL", help="draft model with the target's vocabulary")
+    p.add_argument("--dflash", metavar="DRAFTER",
+                   help=f"DFlash drafter directory or hub id (z-lab format); '{RANDOM}': random weights")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--k", type=int, nargs="+", default=ks, metavar="K", help="drafts per step to try")
+    p.add_argument("--repeats", type=int, default=repeats, help="timed runs per row (the median is kept)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    add_common_arguments(p, DEFAULT_KS, 128, 3)
+    p.add_argument("--prompts", nargs="+", metavar="NAME", help="edit, explain (default both) or text files")
+    p.add_argument("--no-peers", action="store_true", help="skip transformers' generate")
+    s = p.add_mutually_exclusive_group()
+    s.add_argument("--sampled", dest="sampled", action="store_true", default=True,
+                   help="greedy and sampled rows (the default)")
+    s.add_argument("--greedy-only", dest="sampled", action="store_false", help="greedy rows only")
+    p.add_argument("--temperature", type=float, default=0.7, help="of the sampled rows")
+    p.add_argument("--top-p", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench-results", metavar="DIR", help="where bench.json and bench.png go")
+    p.add_argument("--from-json", metavar="FILE", help="no run: print the tables (and chart) of an earlier bench.json")
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    add_common_arguments(p, COMPARE_KS, 128, 1)
+    p.add_argument("--prompt-file", required=True, help="the user message to compare on")
+    p.add_argument("--raw", action="store_true", help="no chat template: the file is the text to continue")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+
+
+class ProgressBar:
+    """One line on stderr, redrawn before each run: bar, count, what runs now."""
+
+    def __init__(self, total: int, stream=None, width: int = 28):
+        self.total, self.done, self.width = total, 0, width
+        self.stream = stream or sys.stderr
+
+    def tick(self, label: str) -> None:
+        filled = self.width * self.done // max(self.total, 1)
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done + 1}/{self.total} {label}"
+        print(f"\r{line:<90}", end="", file=self.stream, flush=True)
+        self.done += 1
+
+    def close(self) -> None:
+        print(file=self.stream, flush=True)
+
+
+def note(message: str) -> None:
+    print(f"\r{message:<90}", end="", file=sys.stderr, flush=True)
+
+
+def load_models(args):
+    """Target, draft (or None), DFlash drafter (or None) and the DFlash rows' label."""
+    from engine import load_model
+    from engine.errors import EngineError
+
+    if args.max_context < 32:
+        raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
+    target = load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
+                        progress=note)
+    draft = None
+    if args.draft:
+        draft = load_model(args.draft, device=str(target.device), dtype=target.dtype,
+                           max_context=args.max_context, progress=note)
+    drafter, label = load_dflash(args.dflash, target) if args.dflash else (None, "DFlash")
+    return target, draft, drafter, label
+
+
+def load_dflash(source: str, target):
+    from engine.errors import EngineError
+
+    try:
+        from engine.proposers.dflash import load_drafter, write_random_drafter
+    except ImportError:
+        raise EngineError("this build has no DFlash proposer") from None
+    if source != RANDOM:
+        return load_drafter(source, target), "DFlash"
+    with tempfile.TemporaryDirectory(prefix="specchat-dflash-") as tmp:
+        return load_drafter(str(write_random_drafter(Path(tmp) / "random-drafter", target)), target), \
+            "DFlash (random weights)"
+
+
+def check_settings(args) -> None:
+    from engine.errors import EngineError
+    from engine.proposers.base import check_k
+
+    for k in args.k:
+        check_k(k)
+    if args.max_new_tokens < 2:
+        raise EngineError(f"--max-new-tokens must be at least 2 (decode speed needs a decode step), "
+                          f"got {args.max_new_tokens}")
+    if args.repeats < 1 or args.warmup < 0:
+        raise EngineError("--repeats must be at least 1 and --warmup at least 0")
+
+
+def sampling_params(args, sampled: bool):
+    from engine import SamplingParams
+
+    if not sampled:
+        return SamplingParams(max_tokens=args.max_new_tokens, seed=args.seed)
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                          max_tokens=args.max_new_tokens)
+
+
+def samplings(args) -> dict:
+    out = {"greedy": sampling_params(args, False)}
+    if args.sampled:
+        out["sampled"] = sampling_params(args, True)
+    return out
+
+
+def run_jobs(jobs, args) -> list[dict]:
+    from engine.bench.speculative import execute
+
+    bar = ProgressBar(len(jobs) * (args.warmup + args.repeats))
+    try:
+        return execute(jobs, args.warmup, args.repeats, bar.tick)
+    finally:
+        bar.close()
+
+
+def bench(args, argv: list[str] | None = None) -> int:
+    """The seed's results table for one target, ours and transformers' in the same run."""
+    from engine.bench import report
+
+    out = Path(args.out)
+    if args.from_json:
+        results = report.read_json(Path(args.from_json))
+        chart = Path(args.from_json).with_suffix(".png")
+    else:
+        results = measure(args, argv)
+        out.mkdir(parents=True, exist_ok=True)
+        report.write_json(results, out / "bench.json")
+        chart = out / "bench.png"
+    why = report.write_chart(results, chart)
+    print(report.markdown(results), end="")
+    print(why or f"chart: {chart}", file=sys.stderr)
+    if not args.from_json:
+        print(f"figures: {out / 'bench.json'}", file=sys.stderr)
+    return 0
+
+
+def measure(args, argv: list[str] | None) -> dict:
+    from engine.bench import report
+    from engine.bench.prompts import load_prompts
+    from engine.bench.speculative import Case, best_k, methods, our_jobs
+
+    check_settings(args)
+    prompts = load_prompts(args.prompts)
+    target, draft, drafter, dflash_label = load_models(args)
+    modes = samplings(args)
+    cases = [Case(p, name, s, target.encode_chat([{"role": "user", "content": p.text}]))
+             for p in prompts for name, s in modes.items()]
+    method_list = methods(args.k, draft, drafter, dflash_label)
+    peer = None
+    if not args.no_peers:
+        from engine.bench.peers import TransformersPeer
+
+        note(f"loading {args.model} in transformers")
+        peer = TransformersPeer(args.model, target.device, target.dtype, target.stop_ids(), args.draft,
+                                repeats=args.repeats)
+    jobs = []
+    for case in cases:  # ours and theirs side by side, so drift during the run hits both
+        jobs += our_jobs(target, [case], method_list)
+        jobs += peer.jobs([case], args.k) if peer else []
+    rows = run_jobs(jobs, args)
+    add_texts(rows, target.tokenizer)
+    command = "specchat " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return {
+        "schema": report.SCHEMA,
+        "environment": report.environment(target.device, target.dtype, command),
+        "settings": {
+            "model": args.model, "draft": args.draft, "dflash": args.dflash, "dflash_label": dflash_label,
+            "ks": args.k, "repeats": args.repeats, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
+            "peers": peer is not None,
+            "samplings": {name: sampling_dict(s) for name, s in modes.items()},
+        },
+        "prompts": [{"name": p.name, "title": p.title, "digest": p.digest,
+                     "tokens": next(len(c.ids) for c in cases if c.prompt is p)} for p in prompts],
+        "notes": notes(args, dflash_label),
+        "rows": rows,
+        "best": best_k(rows),
+    }
+
+
+def sampling_dict(s) -> dict:
+    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed,
+            "max_tokens": s.max_tokens}
+
+
+def add_texts(rows: list[dict], tokenizer) -> None:
+    """The reply text of each plain row, and of every row whose text is not plain's."""
+    if tokenizer is None:
+        return
+    for r in rows:
+        if r["method"] == "plain" or r["same_text"] is False:
+            r["text"] = tokenizer.decode(r["tokens"])
+
+
+def notes(args, dflash_label: str) -> list[str]:
+    out = []
+    if args.draft and args.draft == args.model:
+        out.append("The draft model is the target itself: its rows show the cost of drafting and that the "
+                   "output is unchanged, not a useful speedup.")
+    if args.dflash == RANDOM:
+        out.append("DFlash rows use a drafter with random weights: they show the path runs and what a drafter "
+                   "pass costs, not how well a trained drafter drafts.")
+    return out
+
+
+def compare(args) -> int:
+    """Every available proposer at a few k on the user's prompt: one table, best k marked."""
+    from engine.bench.prompts import prompt_from_file
+    from engine.bench.speculative import Case, methods, our_jobs
+
+    check_settings(args)
+    prompt = prompt_from_file(args.prompt_file)
+    target, draft, drafter, dflash_label = load_models(args)
+    if args.raw:
+        ids = target.tokenizer.encode(prompt.text) if target.tokenizer is not None else []
+    else:
+        ids = target.encode_chat([{"role": "user", "content": prompt.text}])
+    sampled = args.temperature > 0
+    case = Case(prompt, "sampled" if sampled else "greedy", sampling_params(args, sampled), ids)
+    rows = run_jobs(our_jobs(target, [case], methods(args.k, draft, drafter, dflash_label)), args)
+    print(compare_table(rows, len(ids)))
+    return 0
+
+
+def compare_table(rows: list[dict], prompt_tokens: int) -> str:
+    """One table: each method's best k marked, the fastest row of all starred."""
+    from engine.bench.report import DASH, fmt
+
+    best = {}
+    for r in rows:
+        if r["method"] != "plain" and (r["method"] not in best or r["tok_s"] > best[r["method"]]["tok_s"]):
+            best[r["method"]] = r
+    fastest = max(rows, key=lambda r: r["tok_s"])
+    head = ["method", "k", "tok/s", "speedup", "tokens/step", "accepted", "same text", "best"]
+    lines = [f"Prompt of {prompt_tokens} tokens, {rows[0]['new_tokens']} new tokens (plain decoding).", "",
+             f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    for r in rows:
+        drafting = r["method"] != "plain"
+        mark = "★ fastest" if r is fastest else ("best k" if best.get(r["method"]) is r else "")
+        cells = [r["label"], str(r["k"]) if drafting else DASH, fmt(r["tok_s"]), fmt(r["speedup"], ".2f", "×"),
+                 fmt(r.get("tokens_per_step"), ".2f"),
+                 fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
+                 ("yes" if r["same_text"] else "NO") if drafting else DASH, mark]
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)

@@ -1,0 +1,206 @@
+"""`specchat bench` and `specchat compare` end to end on tiny random models (CPU, seconds)."""
+
+import json
+import statistics
+import zlib
+
+import pytest
+import torch
+
+import engine
+from engine import ModelConfig, random_model
+from engine.bench.prompts import load_prompts, source_code
+from engine.bench.speculative import SPECCHAT, Case, Job, Run, best_k, execute
+from engine.sampling import SamplingParams
+from specchat.__main__ import main
+
+VOCAB = 64
+ROW_FIELDS = {
+    "engine", "prompt", "sampling", "method", "k", "label", "deterministic", "new_tokens", "decode_tokens",
+    "decode_s", "decode_s_runs", "tok_s", "prefill_ms", "speedup", "same_text", "tokens",
+}
+OUR_FIELDS = {
+    "steps", "tokens_per_step", "drafted", "accepted", "acceptance_rate", "propose_ms", "verify_ms", "metrics",
+    "transformers_tok_s", "ours_over_transformers",
+}
+ENVIRONMENT = {"device", "hardware", "dtype", "torch", "transformers", "commit", "date", "command"}
+
+
+class LineTokenizer:
+    """Stands in for a real tokenizer: one token per line of text (hashed into the vocabulary),
+    so the bench prompts are about 200 tokens and a copied line is a copied token."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return [zlib.crc32(line.encode()) % (VOCAB - 1) + 1 for line in text.splitlines()]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(f"t{i}" for i in ids)
+
+    def get_vocab(self) -> dict[str, int]:
+        return {f"t{i}": i for i in range(VOCAB)}
+
+
+def tiny(name: str, layers: int = 2):
+    cfg = ModelConfig(model_type="llama", vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_layers=layers,
+                      num_heads=4, num_kv_heads=2, head_dim=8, max_position=2048)
+    model = random_model(cfg, seed=zlib.crc32(name.encode()), std=0.3, max_context=1024)
+    model.tokenizer, model.name = LineTokenizer(), name
+    return model
+
+
+@pytest.fixture
+def tiny_models(monkeypatch):
+    """`specchat bench --model NAME` loads a tiny random model of that name (any name but "deep":
+    two layers; "deep": eight, for a DFlash drafter reading five distinct target layers)."""
+    monkeypatch.setattr(engine, "load_model", lambda name, **kw: tiny(name, 8 if name == "deep" else 2))
+
+
+def bench(tmp_path, capsys, *extra):
+    argv = ["bench", "--device", "cpu", "--prompts", "edit", "--max-new-tokens", "6", "--k", "1", "3",
+            "--repeats", "1", "--warmup", "0", "--no-peers", "--out", str(tmp_path), *extra]
+    assert main(argv) == 0
+    return json.loads((tmp_path / "bench.json").read_text()), capsys.readouterr()
+
+
+def plain_row(rows, r):
+    return next(p for p in rows if (p["engine"], p["prompt"], p["sampling"], p["method"])
+                == (r["engine"], r["prompt"], r["sampling"], "plain"))
+
+
+def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_path, capsys, tiny_models):
+    results, out = bench(tmp_path, capsys, "--model", "target", "--draft", "draft", "--repeats", "2")
+
+    assert results["schema"] == 1
+    assert ENVIRONMENT <= set(results["environment"])
+    assert results["environment"]["command"].startswith("specchat bench --device cpu")
+    assert results["settings"]["ks"] == [1, 3] and results["settings"]["repeats"] == 2
+    assert set(results["settings"]["samplings"]) == {"greedy", "sampled"}
+    assert [p["name"] for p in results["prompts"]] == ["edit"] and results["prompts"][0]["tokens"] > 100
+
+    rows = results["rows"]
+    expected = {(s, m, k) for s in ("greedy", "sampled")
+                for m, k in [("plain", 0), ("ngram", 1), ("ngram", 3), ("draft", 1), ("draft", 3)]}
+    assert {(r["sampling"], r["method"], r["k"]) for r in rows} == expected
+    for r in rows:
+        assert ROW_FIELDS | OUR_FIELDS <= set(r), r["method"]
+        assert r["engine"] == SPECCHAT
+        assert len(r["decode_s_runs"]) == 2 and all(t > 0 for t in r["decode_s_runs"])
+        assert r["decode_s"] == statistics.median(r["decode_s_runs"])
+        assert r["decode_tokens"] == r["new_tokens"] - 1 == r["metrics"]["tokens"]
+        assert r["tok_s"] == pytest.approx(r["decode_tokens"] / r["decode_s"])
+        assert r["speedup"] == pytest.approx(r["tok_s"] / plain_row(rows, r)["tok_s"])
+        assert r["tokens_per_step"] == pytest.approx(r["decode_tokens"] / r["steps"])
+        assert r["transformers_tok_s"] is None  # --no-peers
+        # deterministic proposers, float32: the text is plain decoding's, greedy and sampled
+        assert r["deterministic"] and r["same_text"] and r["repeats_agree"]
+    assert any(r["drafted"] > 0 for r in rows)
+    assert {b["method"] for b in results["best"]} == {"ngram", "draft"}
+
+    assert "| prompt | plain tok/s | n-gram | draft draft |" in out.out
+    assert "### edit: rename a type throughout the code, sampled (temperature 0.7, top-p 0.8, top-k 20" in out.out
+    assert "] 20/20 edit sampled specchat draft k=3" in out.err  # progress: 10 jobs of 2 runs
+
+
+def test_speedup_and_best_k_are_ratios_of_the_measured_times():
+    case = Case(load_prompts(["edit"])[0], "greedy", SamplingParams(max_tokens=5), [1, 2, 3])
+    times = {"plain": [2.0, 9.0, 1.0], "ngram": [0.5, 0.25, 4.0]}  # medians 2.0 and 0.5
+
+    def job(method, k, tokens):
+        runs = iter(times[method])
+        return Job(SPECCHAT, case, method, k, method, True, lambda: Run(tokens, next(runs), 0.1))
+
+    rows = execute([job("plain", 0, [5, 6, 7, 8, 9]), job("ngram", 2, [5, 6, 7, 1, 1])], warmup=0, repeats=3)
+    plain, ngram = rows
+    assert plain["tok_s"] == 4 / 2.0 and ngram["tok_s"] == 4 / 0.5
+    assert ngram["speedup"] == 4.0 and plain["speedup"] == 1.0
+    assert ngram["same_text"] is False and plain["same_text"] is True
+    assert best_k(rows) == [{"engine": SPECCHAT, "prompt": "edit", "sampling": "greedy", "method": "ngram", "k": 2,
+                             "tok_s": 8.0, "speedup": 4.0, "tokens_per_step": None}]
+
+
+def test_bench_tables_are_rendered_again_from_the_json(tmp_path, capsys, tiny_models):
+    results, out = bench(tmp_path / "run", capsys, "--model", "target", "--greedy-only", "--k", "2", "--warmup", "1")
+    assert main(["bench", "--from-json", str(tmp_path / "run" / "bench.json")]) == 0
+    assert capsys.readouterr().out == out.out
+    assert {r["sampling"] for r in results["rows"]} == {"greedy"}
+
+
+def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path, capsys, tiny_models):
+    pytest.importorskip("engine.proposers.dflash")
+    results, out = bench(tmp_path, capsys, "--model", "deep", "--dflash", "random", "--k", "2", "15")
+    dflash = [r for r in results["rows"] if r["method"] == "dflash"]
+    assert {(r["sampling"], r["k"]) for r in dflash} == {("greedy", 2), ("greedy", 15), ("sampled", 2),
+                                                        ("sampled", 15)}
+    assert all(r["label"] == "DFlash (random weights)" and r["same_text"] for r in dflash)
+    assert "random weights" in results["notes"][0]
+    assert "DFlash tokens per step" in out.out
+
+
+def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeypatch):
+    """A real transformers peer on a tiny Llama saved to disk: both engines load the same weights,
+    so greedy plain decoding gives the same tokens, and every row of ours has its ratio."""
+    transformers = pytest.importorskip("transformers")
+    dirs = {}
+    for name, seed in (("target", 1), ("draft", 2)):
+        torch.manual_seed(seed)
+        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                                       initializer_range=0.3, tie_word_embeddings=False)
+        transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / name)
+        dirs[name] = str(tmp_path / name)
+    real_load = engine.load_model
+
+    def load(name, **kw):
+        model = real_load(name, **kw)
+        model.tokenizer = LineTokenizer()
+        return model
+
+    monkeypatch.setattr(engine, "load_model", load)
+    argv = ["bench", "--model", dirs["target"], "--draft", dirs["draft"], "--device", "cpu", "--prompts", "explain",
+            "--max-new-tokens", "5", "--k", "2", "--repeats", "1", "--warmup", "0", "--greedy-only",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
+    theirs = {(r["method"], r["k"]): r for r in rows if r["engine"] == "transformers"}
+    assert set(theirs) == {("plain", 0), ("ngram", 2), ("draft", 2), ("draft-heuristic", 2)}
+    ours = {(r["method"], r["k"]): r for r in rows if r["engine"] == SPECCHAT}
+    assert ours[("plain", 0)]["tokens"] == theirs[("plain", 0)]["tokens"]
+    for (method, k), r in ours.items():
+        assert r["transformers_tok_s"] == theirs[(method, k)]["tok_s"]
+        assert r["ours_over_transformers"] == pytest.approx(r["tok_s"] / r["transformers_tok_s"])
+    assert ours[("draft", 2)]["transformers_heuristic_tok_s"] == theirs[("draft-heuristic", 2)]["tok_s"]
+    for r in theirs.values():
+        assert r["speedup"] == pytest.approx(r["tok_s"] / theirs[("plain", 0)]["tok_s"])
+    assert "transformers heuristic tok/s" in capsys.readouterr().out
+
+
+def test_compare_marks_each_methods_best_k_and_the_fastest_row(tmp_path, capsys, tiny_models):
+    prompt = tmp_path / "mine.txt"
+    prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
+    argv = ["compare", "--model", "target", "--draft", "draft", "--device", "cpu", "--prompt-file", str(prompt),
+            "--k", "2", "4", "--max-new-tokens", "6", "--warmup", "0"]
+    assert main(argv) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert [line.split(" | ")[0:2] for line in table] == [
+        ["| plain", "–"], ["| n-gram", "2"], ["| n-gram", "4"], ["| draft draft", "2"], ["| draft draft", "4"]]
+    assert sum("★ fastest" in line for line in table) == 1
+    for method in ("n-gram", "draft draft"):  # each method's best k is marked (or it is the fastest)
+        assert sum(("best k" in line or "fastest" in line) for line in table if f"| {method} |" in line) == 1
+
+
+def test_bench_prompts_are_the_textwrap_source():
+    code = source_code()
+    assert "class TextWrapper:" in code and "def shorten(" in code and '"""' not in code
+    edit, explain = load_prompts()
+    assert "LineWrapper" in edit.text and code in edit.text and code in explain.text
+    assert edit.title == "edit: rename a type throughout the code"
+
+
+def test_bad_bench_settings_are_one_line_errors(tmp_path, capsys, tiny_models):
+    assert main(["bench", "--model", "target", "--k", "0", "--no-peers", "--out", str(tmp_path)]) == 1
+    assert "k must be a whole number from 1 to 15" in capsys.readouterr().err
+    assert main(["bench", "--model", "target", "--prompts", "nope.txt", "--out", str(tmp_path)]) == 1
+    assert "no prompt 'nope.txt'" in capsys.readouterr().err
