@@ -27,9 +27,6 @@ class NgramProposer(Proposer):
         # Index every n-gram that has a following token, i.e. ending at or before len - 2; the
         # context's own suffix stays out, so a lookup finds an *earlier* occurrence. Grows with
         # the context: no step rescans it.
-        if self.indexed > len(context):  # the context was rewound (a new reply to the same chat)
-            self.reset(context)
-            return
         for end in range(self.indexed, len(context) - 1):
             for n in range(1, self.max_n + 1):
                 if end - n + 1 >= 0:

@@ -1,0 +1,127 @@
+"""Sampled drafts: the min(1, p/q) rule makes emitted tokens follow the target's p exactly in
+distribution (not token for token), so these tests compare distributions."""
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+from engine import DraftProposer, SamplingParams, generate
+from engine.proposers import draft as draft_module
+from engine.sampling import DRAFT, accept_tokens, probabilities, sample
+from tests.conftest import tiny_model
+
+TRIALS = 100_000
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
+    return 0.5 * (a - b).abs().sum().item()
+
+
+def frequencies(tokens: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.bincount(tokens, minlength=width).float() / tokens.numel()
+
+
+P_LOGITS = torch.tensor([[1.5, 0.2, -0.4, 0.9, -1.0]])
+Q_LOGITS = torch.tensor([[-0.5, 1.2, 0.3, 0.9, 0.4]])  # a draft that likes other tokens
+
+
+def emitted_first_tokens(p_logits, q_logits, q_reported_logits, params):
+    """First token emitted by TRIALS independent one-draft steps, all computed in one batch:
+    accept_tokens treats each row as a draft position with its own counter-keyed noise."""
+    positions = torch.arange(TRIALS)
+    drafts = sample(q_logits.expand(TRIALS, -1), positions, params, stream=DRAFT)
+    p = probabilities(p_logits, params).expand(TRIALS + 1, -1)
+    q = probabilities(q_reported_logits, params).expand(TRIALS, -1)
+    out = accept_tokens(p, q, drafts, torch.tensor(0), positions, params)
+    return drafts, out[:TRIALS]
+
+
+def test_first_token_follows_p_including_the_residual_path():
+    params = SamplingParams(temperature=1.0, seed=3)
+    drafts, tokens = emitted_first_tokens(P_LOGITS, Q_LOGITS, Q_LOGITS, params)
+    p = probabilities(P_LOGITS, params)[0]
+    rejected = tokens != drafts
+    assert 0.2 < rejected.float().mean().item() < 0.8  # both the accept and the residual path ran
+    assert total_variation(frequencies(tokens, 5), p) < 0.01  # ~5 standard errors at n = 100,000
+
+
+def test_with_top_k_and_top_p_the_rule_follows_the_filtered_p():
+    params = SamplingParams(temperature=0.8, top_k=4, top_p=0.9, seed=4)
+    _, tokens = emitted_first_tokens(P_LOGITS, Q_LOGITS, Q_LOGITS, params)
+    p = probabilities(P_LOGITS, params)[0]
+    assert total_variation(frequencies(tokens, 5), p) < 0.01
+
+
+def test_a_q_computed_with_other_sampling_settings_than_the_draft_used_is_caught():
+    """The classic bug: drafts drawn at temperature 1 but q taken at temperature 0.3."""
+    params = SamplingParams(temperature=1.0, seed=3)
+    sharp = Q_LOGITS / 0.3  # what q at temperature 0.3 looks like at temperature 1
+    _, tokens = emitted_first_tokens(P_LOGITS, Q_LOGITS, sharp, params)
+    p = probabilities(P_LOGITS, params)[0]
+    assert total_variation(frequencies(tokens, 5), p) > 0.05
+
+
+# End to end through the generation loop: the joint distribution of the first N tokens of
+# sampled-draft decoding against the exact one of plain sampling, enumerated from the model.
+VOCAB, N, RUNS = 3, 4, 3000
+PROMPT = [0, 2, 1]
+
+
+def exact_joint(model, params) -> dict[tuple[int, ...], float]:
+    probs: dict[tuple[int, ...], float] = {(): 1.0}
+    for length in range(N):
+        nxt = {}
+        for prefix, mass in probs.items():
+            logits = model.step(model.new_sequence(), PROMPT + list(prefix), params, last_only=True).logits
+            p = probabilities(logits, params)[0]
+            for token in range(VOCAB):
+                nxt[prefix + (token,)] = mass * p[token].item()
+        probs = nxt
+    return probs
+
+
+def empirical_joint(target, draft, params) -> dict[tuple[int, ...], float]:
+    counts = dict.fromkeys(itertools.product(range(VOCAB), repeat=N), 0)
+    rejections = 0
+    for seed in range(RUNS):
+        run = dataclasses.replace(params, seed=seed)
+        result = generate(target, PROMPT, run, speculative=DraftProposer(draft, k=3, sample=True))
+        counts[tuple(result.tokens)] += 1
+        rejections += result.metrics.drafted - result.metrics.accepted
+    assert rejections > RUNS // 4  # the residual path ran often
+    return {key: n / RUNS for key, n in counts.items()}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model("llama", vocab=VOCAB, seed=5, std=0.5)
+    draft = tiny_model("llama", vocab=VOCAB, seed=6, std=0.5)
+    return target, draft
+
+
+def tv(a: dict, b: dict) -> float:
+    return 0.5 * sum(abs(a[key] - b[key]) for key in a)
+
+
+PARAMS = SamplingParams(temperature=1.0, max_tokens=N)
+# 81 outcomes, 3000 runs: the empirical TV of a correct sampler stays near 0.05 (its mean is
+# about 0.5 * sum(sqrt(2 p / (pi n)))); 0.09 leaves room, and the bug below lands far above.
+BOUND = 0.09
+
+
+def test_sampled_draft_decoding_follows_the_targets_joint_distribution(pair):
+    target, draft = pair
+    assert tv(empirical_joint(target, draft, PARAMS), exact_joint(target, PARAMS)) < BOUND
+
+
+def test_the_same_run_with_a_mismatched_q_fails_the_bound(pair, monkeypatch):
+    target, draft = pair
+    right = draft_module.probabilities
+
+    def mismatched(logits, params):
+        return right(logits, dataclasses.replace(params, temperature=params.temperature * 0.3))
+
+    monkeypatch.setattr(draft_module, "probabilities", mismatched)
+    assert tv(empirical_joint(target, draft, PARAMS), exact_joint(target, PARAMS)) > BOUND

@@ -1,0 +1,71 @@
+"""Sampling: counter-based, so the token at a position depends only on (seed, position, logits)."""
+
+import math
+
+import pytest
+import torch
+
+from engine import EngineError, SamplingParams, generate
+from engine.sampling import TOKEN, filtered, probabilities, sample, uniform
+from tests.conftest import tiny_model
+
+HOT = SamplingParams(temperature=1.0, seed=7, max_tokens=48)
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens():
+    model = tiny_model()
+    a = generate(model, [1, 2, 3], HOT).tokens
+    b = generate(model, [1, 2, 3], HOT).tokens
+    c = generate(model, [1, 2, 3], SamplingParams(temperature=1.0, seed=8, max_tokens=48)).tokens
+    assert a == b
+    assert a != c
+
+
+def test_token_at_a_position_does_not_depend_on_the_step_length():
+    """Sampling after each of 10 tokens in one step draws what 10 one-token steps draw."""
+    model = tiny_model()
+    ids = torch.tensor([4, 9, 1, 33, 2, 8, 8, 15, 60, 21, 5])
+    one = model.step(model.new_sequence(), ids, HOT).tokens
+    seq = model.new_sequence()
+    model.step(seq, ids[:1], HOT)
+    singles = [model.step(seq, ids[i : i + 1], HOT).tokens for i in range(1, len(ids))]
+    assert one[1:].tolist() == torch.cat(singles).tolist()
+
+
+def test_noise_is_a_pure_function_of_its_key():
+    u = uniform(3, TOKEN, torch.tensor([10, 11, 10]), 5)
+    assert torch.equal(u[0], u[2])
+    assert not torch.equal(u[0], u[1])
+    assert bool(((u > 0) & (u < 1)).all())
+
+
+def test_samples_follow_the_softmax():
+    """Gumbel-max over hashed noise: empirical frequencies over many positions match softmax."""
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5]]).repeat(20000, 1)
+    params = SamplingParams(temperature=0.8, seed=11)
+    tokens = sample(logits, torch.arange(20000), params)
+    freq = torch.bincount(tokens, minlength=5).float() / 20000
+    expected = torch.softmax(logits[0] / 0.8, -1)
+    assert (freq - expected).abs().max().item() < 0.015  # ~4 standard errors at n = 20000
+
+
+def test_top_k_and_top_p_keep_the_right_tokens():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    params = SamplingParams(temperature=1.0, top_k=2)
+    assert torch.isinf(filtered(logits, params)).tolist() == [[False, False, True, True]]
+    p = torch.softmax(logits, -1)[0]  # 0.64, 0.24, 0.09, 0.03
+    keep_two = SamplingParams(temperature=1.0, top_p=float(p[0] + 0.01))
+    assert torch.isinf(filtered(logits, keep_two)).tolist() == [[False, False, True, True]]
+    assert torch.allclose(probabilities(logits, keep_two)[0, :2].sum(), torch.tensor(1.0))
+    top1 = SamplingParams(temperature=1.0, top_k=1, seed=5)
+    assert sample(logits.repeat(50, 1), torch.arange(50), top1).tolist() == [0] * 50
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(temperature=-1.0), dict(temperature=math.nan), dict(top_k=-3), dict(top_p=0.0), dict(top_p=1.5),
+     dict(max_tokens=0), dict(seed=-1)],
+)
+def test_bad_sampling_values_are_clear_errors(bad):
+    with pytest.raises(EngineError):
+        SamplingParams(**bad)
