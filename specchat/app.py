@@ -22,6 +22,8 @@ from specchat.widgets.prompt import PromptInput
 from specchat.widgets.settings_screen import SettingsScreen
 from specchat.widgets.transcript import Loading, ReplyView, Transcript
 
+WELCOME = ("Ask anything. Each token of a reply shows where it came from (see the legend below): "
+           "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all.")
 NARROW = 96  # below this many columns the panel hides until asked for
 
 
@@ -40,8 +42,9 @@ class SpecChat(App):
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
-        Binding("f1", "help", "help", priority=True),
-        Binding("question_mark", "help", "help", show=False),
+        Binding("question_mark", "help", "help", key_display="?"),
+        Binding("f1", "help", "help", priority=True, show=False),
+        Binding("ctrl+q", "quit", "quit", priority=True, show=False),
     ]
 
     def __init__(self, session: ChatSession, settings: Settings, save: bool = True):
@@ -78,6 +81,9 @@ class SpecChat(App):
         self.show_panel()
         self.load_model()
 
+    def on_unmount(self) -> None:
+        self.action_stop()  # quitting mid-reply: the engine thread ends at its next step
+
     def on_resize(self) -> None:
         self.fold_panel()
 
@@ -93,7 +99,7 @@ class SpecChat(App):
         if isinstance(self.screen, ModalScreen):
             return False
         if action == "stop":
-            return self.gen is not None
+            return True if self.gen is not None else None  # None: shown, greyed out
         return True
 
     # ---- loading -------------------------------------------------------------------------------
@@ -118,6 +124,7 @@ class SpecChat(App):
     @on(ModelReady)
     def model_ready(self, message: ModelReady) -> None:
         self.query_one(Loading).remove()
+        self.query_one(Transcript).add_note(WELCOME)
         self.sub_title = self.record.model = message.label
         prompt = self.query_one("#prompt", Input)
         prompt.disabled = False

@@ -89,7 +89,8 @@ def last_step(step: Step | None) -> Content:
     if not step.drafts:
         what = ("plain decode", KIND_STYLES["plain"])
     else:
-        what = (f"{len(step.drafts)} drafted · {step.accepted} accepted\n{'':12}{step.kind}", KIND_STYLES[step.kind])
+        pad = " " * 12
+        what = (f"{len(step.drafts)} drafted\n{pad}{step.accepted} accepted\n{pad}{step.kind}", KIND_STYLES[step.kind])
     return Content.assemble(("last step   ", "$text-muted"), what)
 
 

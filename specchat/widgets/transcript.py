@@ -49,7 +49,8 @@ class ReplyView(Static):
             if text:
                 self.pieces.append((text, kind))
         if refused and step.kind == "correction":
-            self.pieces.append((refused, "refused"))
+            # kept on one line: a refused line break would reflow the reply around it
+            self.pieces.append((refused.replace("\n", "⏎"), "refused"))
         self.update(self.content())
 
     def set_teaching(self, teaching: bool) -> None:
@@ -86,6 +87,9 @@ class Transcript(VerticalScroll):
 
     def on_mount(self) -> None:
         self.anchor()
+
+    def add_note(self, text: str) -> None:
+        self.mount(Static(Content(text), classes="note"))
 
     def add_user(self, text: str) -> UserMessage:
         message = UserMessage(Content(text))

@@ -1,0 +1,71 @@
+"""The chat app on a real engine: a tiny random decoder, and the smollm2-135m pack when it is on disk."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+import pytest
+
+from engine import packs
+from specchat.app import make_app
+from specchat.session import ChatSession
+from specchat.settings import Settings
+from specchat.widgets.transcript import ReplyView
+from tests.conftest import tiny_model
+from tests.test_app import ready, say, until
+
+pytestmark = pytest.mark.anyio
+
+
+class LetterTokenizer:
+    """Token i is one letter; enough of a tokenizer for the chat to encode and decode."""
+
+    chat_template = None
+    eos_token_id = None
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 26 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(ord("a") + i % 26) for i in ids)
+
+    def get_vocab(self) -> dict:
+        return {}
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+
+
+async def chat_once(app, prompt: str) -> tuple[ReplyView, str]:
+    """Send one message; the reply, and the panel's figures as shown at its end."""
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, prompt)
+        await until(pilot, lambda: app.gen is None and app.query(ReplyView) and app.query(ReplyView).last().status,
+                    "the reply")
+        return app.query(ReplyView).last(), str(app.query_one("#figures").render())
+
+
+async def test_a_tiny_model_replies_and_the_panel_counts_its_steps():
+    model = tiny_model()
+    model.tokenizer = LetterTokenizer()
+    session = ChatSession(Namespace(model="tiny", draft=None, dflash=None), model=model)
+    app = make_app(session, Settings(proposer="n-gram", k=3, max_tokens=24), save=False)
+    reply, figures = await chat_once(app, "abcabcabcabc")
+    assert len(reply.text) == 24 and reply.status.startswith("length")
+    assert app.stats.session.steps >= 1 and app.stats.session.tokens == 23  # the prefill made the first
+    assert "tokens/step" in figures
+    assert app.record.path.exists()
+
+
+@pytest.mark.skipif(not (packs.model_dir("smollm2-135m") / "config.json").exists(),
+                    reason="the smollm2-135m pack is not assembled here (specchat pull smollm2-135m)")
+async def test_smollm2_replies_in_the_app():
+    args = Namespace(model="smollm2-135m", device="cpu", dtype=None, max_context=1024, draft=None, dflash=None)
+    app = make_app(ChatSession(args), Settings(proposer="n-gram", k=4, max_tokens=16), save=False)
+    reply, figures = await chat_once(app, "Say hello.")
+    assert reply.text.strip()
+    assert app.stats.session.steps >= 1
+    assert app.sub_title == "smollm2-135m · cpu" and "tokens/step" in figures

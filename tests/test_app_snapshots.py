@@ -1,0 +1,39 @@
+"""What the app looks like, compared with committed snapshots (pytest --snapshot-update to renew)."""
+
+from __future__ import annotations
+
+from specchat.app import make_app
+from specchat.settings import Settings
+from tests.test_app import ready, say, until
+from tests.test_app_session import ScriptedSession
+
+
+def scripted_app(stepwise: bool = True):
+    session = ScriptedSession(accepts=[2, 4, 0, 3, 1], stepwise=stepwise)
+    return session, make_app(session, Settings(proposer="n-gram", k=4, teaching=True), save=False)
+
+
+def test_main_screen_mid_reply(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    session, app = scripted_app()
+
+    async def mid_reply(pilot):
+        await ready(pilot)
+        await say(pilot, "Tell me about the quick brown fox.")
+        session.release(5)
+        await until(pilot, lambda: len(app.stats.history) == 5, "five steps")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(110, 32), run_before=mid_reply)
+
+
+def test_help_screen(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    _, app = scripted_app(stepwise=False)
+
+    async def help_screen(pilot):
+        await ready(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 36), run_before=help_screen)
