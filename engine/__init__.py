@@ -9,12 +9,13 @@ from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.loader import load_model
 from engine.metrics import Metrics
-from engine.proposers import DraftProposer, NgramProposer, Proposer
+from engine.proposers import DFlashProposer, DraftProposer, NgramProposer, Proposer
 from engine.runner import Model, random_model
 from engine.sampling import SamplingParams
 from engine.speculative import Generation, Result, Step, generate, stream
 
 __all__ = [
-    "DraftProposer", "EngineError", "Generation", "Metrics", "Model", "ModelConfig", "NgramProposer",
-    "Proposer", "Result", "SamplingParams", "Step", "generate", "load_model", "random_model", "stream",
+    "DFlashProposer", "DraftProposer", "EngineError", "Generation", "Metrics", "Model", "ModelConfig",
+    "NgramProposer", "Proposer", "Result", "SamplingParams", "Step", "generate", "load_model", "random_model",
+    "stream",
 ]

@@ -21,6 +21,7 @@ import torch
 from engine.errors import EngineError
 from engine.metrics import Metrics
 from engine.proposers.base import MAX_K, Proposal, Proposer
+from engine.recapture import recapture
 from engine.sampling import SamplingParams, accept_tokens
 
 
@@ -90,7 +91,7 @@ class Generation:
             self._switch(None)
             seq.release()
 
-    def _switch(self, proposer: Proposer | None, context: list[int] | None = None, captured=None) -> None:
+    def _switch(self, proposer: Proposer | None, context: list[int] | None = None, seq=None) -> None:
         if proposer is self._active:
             return
         if self._active is not None:
@@ -99,6 +100,9 @@ class Generation:
         if proposer is not None:
             proposer.attach(self.model, self.sampling)
             if context is not None:
+                # switched in mid-reply: a proposer that reads target states (DFlash) gets those
+                # of the context so far, computed again (context[-1] has not run yet)
+                captured = recapture(self.model, seq, context[:-1]) if self.model.capture_layers else None
                 proposer.reset(context, captured)
 
     def _run(self, seq) -> Iterator[Step]:
@@ -116,7 +120,7 @@ class Generation:
                 step = Step([], [], 0, "plain", 0, "off", 0.0, 0.0, len(context), finished="cancelled")
                 yield self._emit(step)
                 return
-            self._switch(self.speculative, context)
+            self._switch(self.speculative, context, seq)
             step, captured = self._step(seq, context, last)
             context.extend(step.tokens)
             last = context[-1]

@@ -1,0 +1,49 @@
+"""Hidden states of tokens already in a sequence's cache, for a DFlash drafter switched in mid-reply.
+
+The target's states of past tokens were not kept, so they are computed again: the tokens run
+in chunks, each attending to the sequence's cached K/V before it. A chunk's own K/V go to
+scratch pages, so the sequence's cache is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.attention import StepContext
+from engine.errors import EngineError
+from engine.kv_cache import SeqCache
+
+CHUNK = 256
+
+
+@torch.inference_mode()
+def recapture(model, seq: SeqCache, ids: list[int]) -> torch.Tensor:
+    """The states at model.capture_layers [len(ids), n * H] of ids, the first len(ids) tokens of seq."""
+    assert len(ids) <= seq.length, (len(ids), seq.length)
+    # chunks fit the free pages (truncating the scratch between chunks gives its pages back)
+    n = min(CHUNK, model.pool.num_free * model.pool.page_size)
+    if n == 0:
+        raise EngineError(
+            "KV cache full: no room to read the context's hidden states for DFlash "
+            "(start a new chat or raise --max-context)"
+        )
+    scratch = model.new_sequence()
+    out = []
+    try:
+        for start in range(0, len(ids), n):
+            out.append(run_chunk(model, seq, scratch, ids[start : start + n], start))
+    finally:
+        scratch.release()
+    return torch.cat(out)
+
+
+def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int) -> torch.Tensor:
+    scratch.truncate(0)
+    scratch.append(len(ids))
+    own = scratch.slots(0, len(ids))
+    slots = torch.cat([seq.slots(0, start), own]).to(model.device)
+    ctx = StepContext(model.pool, own.to(model.device), slots)
+    positions = torch.arange(start, start + len(ids), device=model.device)
+    tokens = torch.tensor(ids, dtype=torch.long, device=model.device)
+    _, captured = model.decoder(tokens, positions, ctx, capture=model.capture_layers)
+    return captured

@@ -1,0 +1,405 @@
+"""DFlash: the drafter computes z-lab's forward, loads z-lab's format, and never changes the output."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from engine import (
+    DFlashProposer,
+    EngineError,
+    Generation,
+    ModelConfig,
+    SamplingParams,
+    generate,
+    random_model,
+)
+from engine.dflash_model import default_target_layer_ids
+from engine.proposers.dflash import load_drafter, write_random_drafter
+from engine.recapture import recapture
+
+VOCAB, HIDDEN, TARGET_LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 16, 32, 6, 4, 2, 8, 48
+DRAFT_LAYERS, BLOCK, MASK = 2, 16, 15
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]
+
+
+def make_target(seed=0, **kw):
+    """A tiny Qwen3 target; a vocabulary of 16 lets random drafts be accepted now and then."""
+    shape = ModelConfig(
+        "qwen3",
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=64,
+        num_layers=TARGET_LAYERS,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        qk_norm=True,
+        **kw,
+    )
+    return random_model(shape, seed=seed, std=0.3, max_context=256)
+
+
+def zlab_config(target_layer_ids=(4, 1, 4), **kw) -> dict:
+    """config.json as z-lab writes it (Qwen3 keys plus block_size, num_target_layers, dflash_config).
+    The default layer ids go backwards and repeat a layer on purpose."""
+    cfg = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "block_size": BLOCK,
+        "num_target_layers": TARGET_LAYERS,
+        "dflash_config": {"mask_token_id": MASK, "target_layer_ids": list(target_layer_ids)},
+        "num_hidden_layers": DRAFT_LAYERS,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "rope_theta": 5000.0,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": VOCAB,
+        "tie_word_embeddings": False,
+        "layer_types": ["full_attention"] * DRAFT_LAYERS,
+    }
+    cfg.update(kw)
+    return cfg
+
+
+def zlab_weights(n_states: int = 3, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random tensors under exactly z-lab's names and shapes."""
+    g = torch.Generator().manual_seed(seed)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+
+    def rand(*shape, mean=0.0, std=0.3):
+        return mean + std * torch.randn(shape, generator=g)
+
+    w = {
+        "fc.weight": rand(HIDDEN, n_states * HIDDEN, std=0.1),
+        "hidden_norm.weight": rand(HIDDEN, mean=1.0),
+        "norm.weight": rand(HIDDEN, mean=1.0),
+    }
+    for i in range(DRAFT_LAYERS):
+        p = f"layers.{i}."
+        w[p + "input_layernorm.weight"] = rand(HIDDEN, mean=1.0)
+        w[p + "post_attention_layernorm.weight"] = rand(HIDDEN, mean=1.0)
+        w[p + "self_attn.q_proj.weight"] = rand(q, HIDDEN)
+        w[p + "self_attn.k_proj.weight"] = rand(kv, HIDDEN)
+        w[p + "self_attn.v_proj.weight"] = rand(kv, HIDDEN)
+        w[p + "self_attn.o_proj.weight"] = rand(HIDDEN, q)
+        w[p + "self_attn.q_norm.weight"] = rand(HEAD_DIM, mean=1.0)
+        w[p + "self_attn.k_norm.weight"] = rand(HEAD_DIM, mean=1.0)
+        w[p + "mlp.gate_proj.weight"] = rand(INTERMEDIATE, HIDDEN)
+        w[p + "mlp.up_proj.weight"] = rand(INTERMEDIATE, HIDDEN)
+        w[p + "mlp.down_proj.weight"] = rand(HIDDEN, INTERMEDIATE)
+    return w
+
+
+def write_checkpoint(directory, config: dict, weights: dict):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(directory / "model.safetensors"))
+    return directory
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Matrices this small run fastest on one thread (and no slower when the machine is busy)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("zlab"), zlab_config(), zlab_weights())
+
+
+@pytest.fixture(scope="module")
+def drafter(target, checkpoint):
+    return load_drafter(str(checkpoint), target)
+
+
+# --- an independent, straightforward re-implementation of z-lab's DFlashDraftModel forward ---
+
+
+def rms(x, weight, eps=1e-6):
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def rotate(x, positions, theta):  # x [T, heads, D], rotate-half RoPE
+    d = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2).float() / d)
+    ang = positions.float()[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1)[:, None], torch.cat([ang.sin(), ang.sin()], -1)[:, None]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def zlab_block_logits(w, cfg, target_hidden, noise_embedding, lm_head):
+    """z-lab: context = hidden_norm(fc(target_hidden)); per layer q from the block, k/v from
+    [context; block] (k_norm on both), RoPE at [context | block] positions, no mask; final norm;
+    lm_head at block positions 1..B-1."""
+    c, b = target_hidden.shape[0], noise_embedding.shape[0]
+    positions = torch.arange(c + b)
+    theta, group = cfg["rope_theta"], HEADS // KV_HEADS
+    ctx = rms(target_hidden @ w["fc.weight"].T, w["hidden_norm.weight"])
+    x = noise_embedding
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = rms(
+            (h @ w[p + "self_attn.q_proj.weight"].T).view(b, HEADS, HEAD_DIM),
+            w[p + "self_attn.q_norm.weight"],
+        )
+        both = torch.cat([ctx, h])
+        k = rms(
+            (both @ w[p + "self_attn.k_proj.weight"].T).view(c + b, KV_HEADS, HEAD_DIM),
+            w[p + "self_attn.k_norm.weight"],
+        )
+        v = (both @ w[p + "self_attn.v_proj.weight"].T).view(c + b, KV_HEADS, HEAD_DIM)
+        q, k = rotate(q, positions[c:], theta), rotate(k, positions, theta)
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / HEAD_DIM**0.5
+        attn = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).reshape(b, HEADS * HEAD_DIM)
+        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        x = (
+            x
+            + (F.silu(h @ w[p + "mlp.gate_proj.weight"].T) * (h @ w[p + "mlp.up_proj.weight"].T))
+            @ w[p + "mlp.down_proj.weight"].T
+        )
+    return lm_head(rms(x, w["norm.weight"])[1:])
+
+
+def target_states(target, ids, layer_ids):
+    """HF's hidden_states[j + 1] for each j, concatenated: the target's residual stream after layer j."""
+    seq = target.new_sequence()
+    target.capture_layers = tuple(range(TARGET_LAYERS))
+    try:
+        _, every = target.forward(seq, torch.tensor(ids))
+    finally:
+        target.capture_layers = ()
+        seq.release()
+    per_layer = every.view(len(ids), TARGET_LAYERS, HIDDEN)
+    return torch.cat([per_layer[:, j] for j in layer_ids], dim=-1)
+
+
+def drafter_states(target, drafter, ids):
+    """What the target hands the drafter: its states at the drafter's capture_layers."""
+    seq = target.new_sequence()
+    target.capture_layers = drafter.capture_layers
+    try:
+        return target.forward(seq, torch.tensor(ids))[1]
+    finally:
+        target.capture_layers = ()
+        seq.release()
+
+
+# --- the forward ---
+
+
+def test_block_logits_match_zlab_forward(target, drafter):
+    ids = PROMPT + [7, 0, 11]
+    anchor = 2
+    w = zlab_weights()
+    expected = zlab_block_logits(
+        w,
+        zlab_config(),
+        target_states(target, ids, [4, 1, 4]),
+        target.decoder.embed_tokens(torch.tensor([anchor] + [MASK] * (BLOCK - 1))),
+        target.decoder.lm_head,
+    )
+    drafter.clear()
+    drafter.extend(drafter_states(target, drafter, ids))
+    got = drafter.block(anchor)
+    assert got.shape == (BLOCK - 1, VOCAB)
+    assert (got - expected).abs().max().item() < 1e-4
+    assert drafter.context_length == len(ids), "the block's K/V must leave the drafter's cache"
+
+
+def test_context_fed_step_by_step_equals_context_fed_at_once(target, drafter):
+    ids = PROMPT + [7, 0, 11, 2, 2, 9]
+    states = drafter_states(target, drafter, ids)
+    drafter.clear()
+    drafter.extend(states)
+    at_once = drafter.block(4)
+    drafter.clear()
+    for start, end in [(0, 5), (5, 6), (6, 10), (10, len(ids))]:
+        drafter.extend(states[start:end])
+        drafter.block(ids[end - 1])  # a pass in between leaves nothing behind
+    assert torch.allclose(drafter.block(4), at_once, atol=1e-5)
+
+
+def test_default_target_layers_follow_zlab_rule():
+    assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]  # z-lab/Qwen3-4B-DFlash-b16
+    assert default_target_layer_ids(28, 1) == [14]
+
+
+# --- the format ---
+
+
+def test_zlab_checkpoint_loads_with_default_layer_ids(target, tmp_path):
+    cfg = zlab_config()
+    del cfg["dflash_config"]["target_layer_ids"]
+    ids = default_target_layer_ids(TARGET_LAYERS, DRAFT_LAYERS)
+    d = load_drafter(str(write_checkpoint(tmp_path, cfg, zlab_weights(n_states=len(ids)))), target)
+    assert d.target_layer_ids == tuple(ids) and d.block_size == BLOCK and d.mask_token_id == MASK
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c, w: w.pop("layers.1.mlp.up_proj.weight"), "missing 'layers.1.mlp.up_proj.weight'"),
+        (
+            lambda c, w: w.update({"layers.0.self_attn.k_proj.weight": torch.zeros(8, HIDDEN)}),
+            "has shape (8, 32)",
+        ),
+        (lambda c, w: w.update({"lm_head.weight": torch.zeros(VOCAB, HIDDEN)}), "no place for"),
+        (lambda c, w: c["dflash_config"].pop("mask_token_id"), "no 'dflash_config.mask_token_id'"),
+        (lambda c, w: c.pop("block_size"), "no 'block_size'"),
+        (lambda c, w: c.update(hidden_size=64), "hidden size 64"),
+        (lambda c, w: c.update(vocab_size=32), "vocabulary of 32"),
+        (lambda c, w: c.update(num_target_layers=36), "reads a 36-layer target"),
+        (lambda c, w: c["dflash_config"].update(target_layer_ids=[1, 6, 2]), "are not layers of"),
+    ],
+)
+def test_bad_checkpoint_is_one_clear_error(target, tmp_path, change, message):
+    cfg, weights = zlab_config(), zlab_weights()
+    change(cfg, weights)
+    with pytest.raises(EngineError) as err:
+        load_drafter(str(write_checkpoint(tmp_path, cfg, weights)), target)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_drafter_is_one_clear_error(target, tmp_path):
+    with pytest.raises(EngineError, match="not a directory"):
+        load_drafter(str(tmp_path / "nowhere"), target)
+    with pytest.raises(EngineError, match="no config.json"):
+        load_drafter(str(tmp_path), target)
+
+
+def test_random_drafter_is_written_in_zlab_format(target, tmp_path):
+    from safetensors.torch import load_file
+
+    write_random_drafter(tmp_path, target, num_layers=DRAFT_LAYERS, block_size=8)
+    names = set(load_file(str(tmp_path / "model.safetensors")))
+    assert names == set(zlab_weights())
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["block_size"] == 8 and cfg["dflash_config"]["mask_token_id"] == VOCAB - 1
+    assert load_drafter(str(tmp_path), target).block_size == 8
+
+
+# --- the proposer ---
+
+
+@pytest.fixture(scope="module")
+def random_drafter(target, tmp_path_factory):
+    """Random weights in z-lab's format: its drafts are noise, which must not matter."""
+    d = write_random_drafter(tmp_path_factory.mktemp("random"), target, num_layers=DRAFT_LAYERS, std=0.3)
+    return load_drafter(str(d), target)
+
+
+@pytest.fixture
+def oracle_drafter(target, random_drafter, monkeypatch):
+    """The random drafter's pass still runs, but its logits are swapped for the plain reply's
+    next tokens, wrong wherever the position is a multiple of 7: whole blocks are accepted,
+    then refused part-way, so bonus steps and multi-token acceptance get exercised."""
+    full = PROMPT + generate(target, PROMPT, SamplingParams(max_tokens=64)).tokens
+    block = random_drafter.block
+
+    def foreseen(anchor):
+        block(anchor)
+        start = random_drafter.context_length  # the anchor's position
+        drafts = []
+        for p in range(start + 1, start + BLOCK):
+            token = full[p] if p < len(full) else 0
+            drafts.append((token + (p % 7 == 0)) % VOCAB)
+        return F.one_hot(torch.tensor(drafts), VOCAB).float()
+
+    monkeypatch.setattr(random_drafter, "block", foreseen)
+    return random_drafter
+
+
+@pytest.mark.parametrize("which", ["random_drafter", "oracle_drafter"])
+def test_greedy_output_equals_plain_for_every_k(target, which, request):
+    drafter = request.getfixturevalue(which)
+    sampling = SamplingParams(max_tokens=24)
+    plain = generate(target, PROMPT, sampling).tokens
+    most_accepted = 0
+    for k in range(1, 16):
+        result = generate(target, PROMPT, sampling, speculative=DFlashProposer(drafter, k))
+        assert result.tokens == plain, f"k={k}"
+        assert all(len(s.drafts) <= k for s in result.steps)
+        most_accepted = max(most_accepted, *result.metrics.histogram)
+    assert target.capture_layers == (), "detach stops the target keeping states"
+    if which == "oracle_drafter":
+        assert most_accepted >= 3, "steps that accept several drafts must have been exercised"
+
+
+@pytest.mark.parametrize("k", [1, 6, 15])
+def test_sampled_output_equals_plain_sampled(target, random_drafter, k):
+    sampling = SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=24)
+    plain = generate(target, PROMPT, sampling).tokens
+    assert generate(target, PROMPT, sampling, speculative=DFlashProposer(random_drafter, k)).tokens == plain
+
+
+def test_one_drafter_pass_per_step_whatever_k(target, random_drafter, monkeypatch):
+    passes = []
+    block = random_drafter.block
+    monkeypatch.setattr(random_drafter, "block", lambda anchor: passes.append(anchor) or block(anchor))
+    result = generate(
+        target, PROMPT, SamplingParams(max_tokens=12), speculative=DFlashProposer(random_drafter, 3)
+    )
+    drafting_steps = [s for s in result.steps if s.drafts]
+    assert len(passes) == len(drafting_steps) > 0
+    assert all(s.proposer == "dflash" for s in drafting_steps)
+
+
+def test_switching_dflash_in_mid_reply_keeps_the_output(target, random_drafter):
+    sampling = SamplingParams(max_tokens=20)
+    plain = generate(target, PROMPT, sampling).tokens
+    gen = Generation(target, PROMPT, sampling)
+    who = []
+    for i, step in enumerate(gen):
+        who.append(step.proposer)
+        if i == 3:
+            gen.speculative = DFlashProposer(random_drafter, 5)
+        if i == 6:
+            gen.speculative = None
+        if i == 8:
+            gen.speculative = DFlashProposer(random_drafter, 15)
+    assert gen.tokens == plain
+    assert who[4:6] == ["dflash"] * 2 and who[7] == "off" and who[9] == "dflash", who
+    assert target.capture_layers == ()
+
+
+def test_recaptured_states_equal_the_prefill_states(target, random_drafter):
+    ids = PROMPT + [1, 2, 3]
+    target.capture_layers = random_drafter.capture_layers
+    seq = target.new_sequence()
+    try:
+        prefill = target.forward(seq, torch.tensor(ids))[1]
+        before = target.pool.k[:, seq.slots(0, len(ids))].clone()
+        again = recapture(target, seq, ids)
+        assert torch.allclose(again, prefill, atol=1e-5)
+        assert torch.equal(target.pool.k[:, seq.slots(0, len(ids))], before), "the cache is left as it was"
+    finally:
+        target.capture_layers = ()
+        seq.release()
+
+
+def test_k_beyond_the_block_and_foreign_target_are_clear_errors(target, random_drafter, tmp_path):
+    small = load_drafter(str(write_random_drafter(tmp_path, target, num_layers=1, block_size=8)), target)
+    with pytest.raises(EngineError, match="at most 7 drafts"):
+        DFlashProposer(small, 8)
+    assert DFlashProposer(small).k == 7
+    with pytest.raises(EngineError, match="loaded for"):
+        generate(make_target(seed=1), PROMPT, SamplingParams(max_tokens=4), speculative=DFlashProposer(small))
