@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import App
@@ -22,8 +23,10 @@ from specchat.widgets.prompt import PromptInput
 from specchat.widgets.settings_screen import SettingsScreen
 from specchat.widgets.transcript import Loading, ReplyView, Transcript
 
-WELCOME = ("Ask anything. Each token of a reply shows where it came from (see the legend below): "
-           "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all.")
+WELCOME = (
+    "Ask anything. Each token of a reply shows where it came from (see the legend below): "
+    "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all."
+)
 NARROW = 96  # below this many columns the panel hides until asked for
 
 
@@ -33,7 +36,7 @@ class SpecChat(App):
     CSS_PATH = "specchat.tcss"
     TITLE = "specchat"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
+    BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "stop", "stop", priority=True),
         Binding("ctrl+p", "next_proposer", "proposer", priority=True),
         Binding("plus,equals_sign", "k(1)", "k+", key_display="+"),
@@ -146,8 +149,9 @@ class SpecChat(App):
     @work(thread=True, exit_on_error=False)
     def load_proposer(self, name: str) -> None:
         try:
-            proposer = self.session.proposer(name, self.settings.k,
-                                             lambda text: self.post_message(LoadProgress(name, text)))
+            proposer = self.session.proposer(
+                name, self.settings.k, lambda text: self.post_message(LoadProgress(name, text))
+            )
         except EngineError as err:
             self.post_message(LoadFailed(name, str(err)))
             return
@@ -210,8 +214,11 @@ class SpecChat(App):
             sampling = self.settings.sampling()
             self.record.messages.append({"role": "user", "content": text})
             ids = self.session.prompt_ids(self.record.history(), self.settings.system)
-            proposer = None if self.proposer_name == "off" else self.session.proposer(self.proposer_name,
-                                                                                   self.settings.k)
+            proposer = (
+                None
+                if self.proposer_name == "off"
+                else self.session.proposer(self.proposer_name, self.settings.k)
+            )
             gen = self.session.stream(ids, sampling, proposer)
         except EngineError as err:
             self.record.messages.pop()
@@ -225,6 +232,7 @@ class SpecChat(App):
         self.reply_id += 1
         self.gen = gen
         self.run_engine(self.reply_id, gen)
+        self.refresh_bindings()  # esc can stop something now
         self.show_panel()
 
     @work(thread=True, exit_on_error=False, group="engine")
@@ -242,6 +250,7 @@ class SpecChat(App):
     @on(ReplyDone)
     def reply_done(self, message: ReplyDone) -> None:
         self.gen = None
+        self.refresh_bindings()
         if message.reply != self.reply_id or self.reply is None:
             return
         reply, m = self.reply, self.stats.reply
@@ -291,8 +300,11 @@ class SpecChat(App):
         elif name == "/help":
             self.action_help()
         else:
-            self.notify(f"unknown command {text!r}: /export [FILE], /new, /system TEXT, /k N, "
-                        f"/proposer {'|'.join(self.session.proposer_names())}, /help", severity="warning")
+            self.notify(
+                f"unknown command {text!r}: /export [FILE], /new, /system TEXT, /k N, "
+                f"/proposer {'|'.join(self.session.proposer_names())}, /help",
+                severity="warning",
+            )
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching

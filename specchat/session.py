@@ -103,8 +103,13 @@ class ChatSession:
             from engine import load_model
 
             target = self.model
-            draft = load_model(self.args.draft, device=str(target.device), dtype=target.dtype,
-                               max_context=target.max_context, progress=progress)
+            draft = load_model(
+                self.args.draft,
+                device=str(target.device),
+                dtype=target.dtype,
+                max_context=target.max_context,
+                progress=progress,
+            )
             return DraftProposer(draft, k=4, sample=bool(getattr(self.args, "sample_drafts", False)))
         if name == "dflash":
             from engine.proposers.dflash import DFlashProposer, load_drafter
@@ -138,7 +143,7 @@ class ChatSession:
         except EngineError as err:
             post(ReplyDone(reply, "error", str(err)))
             return
-        except Exception as err:  # keep the chat alive whatever the engine raised; say what it was
+        except Exception as err:  # noqa: BLE001 - the chat outlives any engine failure
             post(ReplyDone(reply, "error", f"{type(err).__name__}: {err}"))
             return
         post(ReplyDone(reply, finished))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 
 import pytest
@@ -12,7 +14,15 @@ from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
 from tests.test_app_session import WORDS, ScriptedSession
 
-pytestmark = pytest.mark.anyio
+
+def pilot_test(scenario):
+    """Run an async Pilot scenario as a plain test (no asyncio plugin needed)."""
+
+    @functools.wraps(scenario)
+    def test(*args, **kwargs):
+        asyncio.run(scenario(*args, **kwargs))
+
+    return test
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +41,15 @@ async def until(pilot, condition, what: str = "the condition") -> None:
 
 
 async def ready(pilot) -> None:
-    await until(pilot, lambda: pilot.app.session.model is not None and pilot.app.proposer_name != "off"
-                and not pilot.app.query_one("#prompt").disabled, "the model")
+    await until(
+        pilot,
+        lambda: (
+            pilot.app.session.model is not None
+            and pilot.app.proposer_name != "off"
+            and not pilot.app.query_one("#prompt").disabled
+        ),
+        "the model",
+    )
 
 
 async def say(pilot, text: str) -> None:
@@ -48,6 +65,7 @@ def reply(app) -> ReplyView:
     return app.query(ReplyView).last()
 
 
+@pilot_test
 async def test_each_token_is_styled_by_where_it_came_from():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -58,8 +76,10 @@ async def test_each_token_is_styled_by_where_it_came_from():
         # prefill: plain; 2 accepted + correction; 4 accepted + bonus; correction with none accepted
         expected = (
             [(WORDS[0], "plain")]
-            + [(w, "accepted") for w in WORDS[1:3]] + [(WORDS[3], "correction"), (" cat cat", "refused")]
-            + [(w, "accepted") for w in WORDS[4:8]] + [(WORDS[8], "bonus")]
+            + [(w, "accepted") for w in WORDS[1:3]]
+            + [(WORDS[3], "correction"), (" cat cat", "refused")]
+            + [(w, "accepted") for w in WORDS[4:8]]
+            + [(WORDS[8], "bonus")]
             + [(WORDS[9], "correction"), (" cat cat cat cat", "refused")]
         )
         assert view.pieces[: len(expected)] == expected
@@ -78,6 +98,7 @@ async def test_each_token_is_styled_by_where_it_came_from():
         assert app.settings.teaching
 
 
+@pilot_test
 async def test_switching_proposer_mid_reply_changes_the_next_step():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=3), save=False)
@@ -98,9 +119,11 @@ async def test_switching_proposer_mid_reply_changes_the_next_step():
         await until(pilot, lambda: steps_shown(app) == 3, "the third step")
         assert (app.stats.last.proposer, app.stats.last.kind) == ("off", "plain")
         assert app.gen is not None  # the same reply went on throughout
-        app.action_stop()
+        await pilot.press("escape")
+        await until(pilot, lambda: app.gen is None, "the stop")
 
 
+@pilot_test
 async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
@@ -115,16 +138,23 @@ async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
         assert first.text == "".join(WORDS[:5])  # prefill + two steps of (1 accepted + correction)
         assert first.status.startswith("stopped")
         saved = json.loads(app.record.path.read_text())
-        assert saved["messages"][-1] == {**saved["messages"][-1], "content": first.text, "finished": "cancelled"}
+        assert saved["messages"][-1] == {
+            **saved["messages"][-1],
+            "content": first.text,
+            "finished": "cancelled",
+        }
 
         session.stepwise = False
         await say(pilot, "second")
-        await until(pilot, lambda: app.gen is None and reply(app) is not first and reply(app).status, "a reply")
+        await until(
+            pilot, lambda: app.gen is None and reply(app) is not first and reply(app).status, "a reply"
+        )
         assert reply(app).text == "".join(WORDS)
         assert [m["role"] for m in session.prompts[-1]] == ["user", "assistant", "user"]
         assert session.prompts[-1][1]["content"] == first.text
 
 
+@pilot_test
 async def test_every_reply_is_saved_and_export_writes_markdown(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -139,6 +169,7 @@ async def test_every_reply_is_saved_and_export_writes_markdown(home):
         assert "## You\n\nhello" in markdown and "".join(WORDS) in markdown
 
 
+@pilot_test
 async def test_new_chat_starts_empty_and_settings_are_saved(home):
     app = make_app(ScriptedSession(), Settings(), save=True)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -161,6 +192,7 @@ async def test_new_chat_starts_empty_and_settings_are_saved(home):
         assert Settings.load().system == "be brief"
 
 
+@pilot_test
 async def test_settings_screen_refuses_a_bad_value():
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -174,6 +206,7 @@ async def test_settings_screen_refuses_a_bad_value():
         assert app.settings.top_p == 1.0
 
 
+@pilot_test
 async def test_the_panel_folds_away_on_a_narrow_terminal():
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -187,6 +220,7 @@ async def test_the_panel_folds_away_on_a_narrow_terminal():
         assert not panel.display
 
 
+@pilot_test
 async def test_typed_plus_and_question_mark_are_text_not_keys():
     app = make_app(ScriptedSession(), Settings(k=4), save=False)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -12,9 +12,7 @@ from specchat.session import ChatSession
 from specchat.settings import Settings
 from specchat.widgets.transcript import ReplyView
 from tests.conftest import tiny_model
-from tests.test_app import ready, say, until
-
-pytestmark = pytest.mark.anyio
+from tests.test_app import pilot_test, ready, say, until
 
 
 class LetterTokenizer:
@@ -43,11 +41,15 @@ async def chat_once(app, prompt: str) -> tuple[ReplyView, str]:
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await say(pilot, prompt)
-        await until(pilot, lambda: app.gen is None and app.query(ReplyView) and app.query(ReplyView).last().status,
-                    "the reply")
+        await until(
+            pilot,
+            lambda: app.gen is None and app.query(ReplyView) and app.query(ReplyView).last().status,
+            "the reply",
+        )
         return app.query(ReplyView).last(), str(app.query_one("#figures").render())
 
 
+@pilot_test
 async def test_a_tiny_model_replies_and_the_panel_counts_its_steps():
     model = tiny_model()
     model.tokenizer = LetterTokenizer()
@@ -60,10 +62,15 @@ async def test_a_tiny_model_replies_and_the_panel_counts_its_steps():
     assert app.record.path.exists()
 
 
-@pytest.mark.skipif(not (packs.model_dir("smollm2-135m") / "config.json").exists(),
-                    reason="the smollm2-135m pack is not assembled here (specchat pull smollm2-135m)")
+@pytest.mark.skipif(
+    not (packs.model_dir("smollm2-135m") / "config.json").exists(),
+    reason="the smollm2-135m pack is not assembled here (specchat pull smollm2-135m)",
+)
+@pilot_test
 async def test_smollm2_replies_in_the_app():
-    args = Namespace(model="smollm2-135m", device="cpu", dtype=None, max_context=1024, draft=None, dflash=None)
+    args = Namespace(
+        model="smollm2-135m", device="cpu", dtype=None, max_context=1024, draft=None, dflash=None
+    )
     app = make_app(ChatSession(args), Settings(proposer="n-gram", k=4, max_tokens=16), save=False)
     reply, figures = await chat_once(app, "Say hello.")
     assert reply.text.strip()

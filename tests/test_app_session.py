@@ -17,8 +17,29 @@ from specchat.session import ChatSession, Detokenizer
 from specchat.settings import ChatRecord, Settings, config_dir
 from specchat.widgets.panel import Stats
 
-WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", " and", " runs",
-         " far", " away", " into", " the", " green", " hills", " where", " it", " sleeps", ".")
+WORDS = (
+    "The",
+    " quick",
+    " brown",
+    " fox",
+    " jumps",
+    " over",
+    " the",
+    " lazy",
+    " dog",
+    " and",
+    " runs",
+    " far",
+    " away",
+    " into",
+    " the",
+    " green",
+    " hills",
+    " where",
+    " it",
+    " sleeps",
+    ".",
+)
 REFUSED = len(WORDS)  # the token every wrong draft guesses
 EOS = REFUSED + 1
 VOCAB = (*WORDS, " cat", "")
@@ -68,8 +89,17 @@ class ScriptedGeneration:
                 accepted = min(self.accepts[i % len(self.accepts)], k, len(text) - pos - 1)
                 drafts = text[pos : pos + accepted] + [REFUSED] * (k - accepted)
                 kind = "bonus" if accepted == k else "correction"
-                step = Step(text[pos : pos + accepted + 1], drafts, accepted, kind, k, proposer.name,
-                            0.001, 0.012, pos + 3)
+                step = Step(
+                    text[pos : pos + accepted + 1],
+                    drafts,
+                    accepted,
+                    kind,
+                    k,
+                    proposer.name,
+                    0.001,
+                    0.012,
+                    pos + 3,
+                )
             i += 1
             pos += len(step.tokens)
             if step.tokens[-1] == EOS:

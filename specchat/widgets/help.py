@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -32,11 +34,17 @@ def explanation() -> Content:
         "Speculative decoding lets a cheap proposer guess the next few tokens and has the model check "
         "all of those drafts in one step, keeping each one it would have written itself, so one step "
         "can yield several tokens and the text is still the model's own.\n\n",
-        "Tokens styled ", ("like this", s["accepted"]), " are drafts the model accepted, ",
-        ("like this", s["bonus"]), " the bonus token it adds when it accepted every draft of a step, ",
-        ("like this", s["correction"]), " its correction where it refused a draft, and ",
-        ("like this", s["plain"]), " plain decoding, one token per step with no drafts.\n\n",
-        "The teaching view (ctrl+t) shows each step's refused drafts ", ("like this", s["refused"]),
+        "Tokens styled ",
+        ("like this", s["accepted"]),
+        " are drafts the model accepted, ",
+        ("like this", s["bonus"]),
+        " the bonus token it adds when it accepted every draft of a step, ",
+        ("like this", s["correction"]),
+        " its correction where it refused a draft, and ",
+        ("like this", s["plain"]),
+        " plain decoding, one token per step with no drafts.\n\n",
+        "The teaching view (ctrl+t) shows each step's refused drafts ",
+        ("like this", s["refused"]),
         " right after the correction, so you read what was guessed and what the model wanted instead.",
     )
 
@@ -48,7 +56,7 @@ def keys() -> Content:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,f1,q,question_mark", "dismiss", "close", show=True)]
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape,f1,q,question_mark", "dismiss", "close", show=True)]
 
     def compose(self):
         with VerticalScroll(id="help"):

@@ -7,7 +7,12 @@ from textual.widgets import Static
 
 from specchat.widgets.transcript import STYLES
 
-ENTRIES = (("accepted", "accepted draft"), ("bonus", "bonus"), ("correction", "correction"), ("plain", "plain"))
+ENTRIES = (
+    ("accepted", "accepted draft"),
+    ("bonus", "bonus"),
+    ("correction", "correction"),
+    ("plain", "plain"),
+)
 
 
 def legend(teaching: bool) -> Content:

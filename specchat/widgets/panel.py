@@ -90,7 +90,10 @@ def last_step(step: Step | None) -> Content:
         what = ("plain decode", KIND_STYLES["plain"])
     else:
         pad = " " * 12
-        what = (f"{len(step.drafts)} drafted\n{pad}{step.accepted} accepted\n{pad}{step.kind}", KIND_STYLES[step.kind])
+        what = (
+            f"{len(step.drafts)} drafted\n{pad}{step.accepted} accepted\n{pad}{step.kind}",
+            KIND_STYLES[step.kind],
+        )
     return Content.assemble(("last step   ", "$text-muted"), what)
 
 
@@ -99,10 +102,12 @@ def sparkline(steps: list[Step]) -> Content:
     if not steps:
         return Content.styled("—", "$text-muted")
     top = max(max(s.k for s in steps), 1)
-    return Content.assemble(*(
-        (BARS[round(s.accepted / top * (len(BARS) - 1))], KIND_STYLES[s.kind if s.drafts else "plain"])
-        for s in steps
-    ))
+    return Content.assemble(
+        *(
+            (BARS[round(s.accepted / top * (len(BARS) - 1))], KIND_STYLES[s.kind if s.drafts else "plain"])
+            for s in steps
+        )
+    )
 
 
 def histogram(m: Metrics, width: int = 18) -> Content:
@@ -121,14 +126,18 @@ def histogram(m: Metrics, width: int = 18) -> Content:
 class SpecPanel(VerticalScroll):
     """The right-hand panel. `show(...)` redraws it from the stats."""
 
+    PARTS = ("proposer", "last-step", "figures", "sparkline", "histogram")
+
     def compose(self):
-        yield Static(id="proposer")
-        yield Static(id="last-step")
-        yield Static(id="figures")
+        # Kept by reference: a step that lands while the app closes updates them harmlessly.
+        self.parts = {name: Static(id=name) for name in self.PARTS}
+        yield self.parts["proposer"]
+        yield self.parts["last-step"]
+        yield self.parts["figures"]
         yield Static("accepted per step · reply", classes="heading")
-        yield Static(id="sparkline")
+        yield self.parts["sparkline"]
         yield Static("accepted per step · session", classes="heading")
-        yield Static(id="histogram")
+        yield self.parts["histogram"]
 
     def show(self, stats: Stats, proposer: str, k: int, loading: str = "") -> None:
         drafting = Content.assemble(("proposer    ", "$text-muted"), (proposer, "bold"))
@@ -136,8 +145,8 @@ class SpecPanel(VerticalScroll):
             drafting += Content.assemble("  ", ("k ", "$text-muted"), (str(k), "bold"))
         if loading:
             drafting += Content.styled(f"\n{loading}", "$text-warning")
-        self.query_one("#proposer", Static).update(drafting)
-        self.query_one("#last-step", Static).update(last_step(stats.last))
-        self.query_one("#figures", Static).update(figures(stats))
-        self.query_one("#sparkline", Static).update(sparkline(list(stats.history)))
-        self.query_one("#histogram", Static).update(histogram(stats.session))
+        self.parts["proposer"].update(drafting)
+        self.parts["last-step"].update(last_step(stats.last))
+        self.parts["figures"].update(figures(stats))
+        self.parts["sparkline"].update(sparkline(list(stats.history)))
+        self.parts["histogram"].update(histogram(stats.session))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import events
 from textual.binding import Binding
 from textual.widgets import Input
@@ -10,7 +12,7 @@ COMMAND_KEYS = ("plus", "equals_sign", "minus", "question_mark")
 
 
 class PromptInput(Input):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[Binding]] = [
         Binding("plus,equals_sign", "app.k(1)", "k+", key_display="+"),
         Binding("minus", "app.k(-1)", "k−", key_display="-"),
         Binding("question_mark", "app.help", "help", key_display="?"),

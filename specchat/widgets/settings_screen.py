@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import ClassVar
 
 from textual import on
 from textual.binding import Binding
@@ -26,7 +27,10 @@ FIELDS = (  # attribute, label, type
 class SettingsScreen(ModalScreen[Settings | None]):
     """Edits a copy of the settings; dismisses with the new settings, or None to keep the old."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "cancel"), Binding("ctrl+s", "save", "save")]
+    BINDINGS: ClassVar[list[Binding]] = [
+        Binding("escape", "dismiss(None)", "cancel"),
+        Binding("ctrl+s", "save", "save"),
+    ]
 
     def __init__(self, settings: Settings, themes: list[str]):
         super().__init__()
@@ -39,14 +43,19 @@ class SettingsScreen(ModalScreen[Settings | None]):
             with Grid(id="settings-grid"):
                 for name, label, _ in FIELDS:
                     yield Label(label)
-                    yield Input(str(getattr(self.settings, name)), id=name)
+                    yield Input(str(getattr(self.settings, name)), id=name, compact=True)
                 yield Label("theme")
-                yield Select([(t, t) for t in self.themes], value=self.settings.theme, allow_blank=False,
-                             id="theme")
+                yield Select(
+                    [(t, t) for t in self.themes],
+                    value=self.settings.theme,
+                    allow_blank=False,
+                    id="theme",
+                    compact=True,
+                )
             yield Label("", id="settings-error")
             with Horizontal(id="settings-buttons"):
-                yield Button("Save", variant="primary", id="save")
-                yield Button("Cancel", id="cancel")
+                yield Button("Save", variant="primary", id="save", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     def edited(self) -> Settings:
         """The settings as typed (EngineError naming the field that is not a valid value)."""
@@ -56,7 +65,9 @@ class SettingsScreen(ModalScreen[Settings | None]):
             try:
                 values[name] = kind(text)
             except ValueError:
-                raise EngineError(f"{label}: {text!r} is not a {'whole number' if kind is int else 'number'}") from None
+                raise EngineError(
+                    f"{label}: {text!r} is not a {'whole number' if kind is int else 'number'}"
+                ) from None
         values["theme"] = self.query_one("#theme", Select).value
         settings = replace(self.settings, **values)
         settings.sampling()  # checks the ranges
