@@ -177,6 +177,7 @@ class SpecChat(App):
         """Draft with `name` from the next step on, in the reply being written too."""
         proposer = self.session.proposer(name, self.settings.k)
         self.proposer_name = self.settings.proposer = name
+        self.settings.k = proposer.k if proposer else self.settings.k
         if self.gen is not None:
             self.gen.speculative = proposer
         self.save_settings()
@@ -189,9 +190,10 @@ class SpecChat(App):
         self.choose_proposer(names[(names.index(self.proposer_name) + 1) % len(names)])
 
     def action_k(self, change: int) -> None:
-        self.settings.k = clamp_k(self.settings.k + change)
+        k = clamp_k(self.settings.k + change)
         if self.proposer_name != "off":
-            self.session.proposer(self.proposer_name, self.settings.k)  # read by the next step
+            k = self.session.proposer(self.proposer_name, k).k  # the next step reads it
+        self.settings.k = k
         self.save_settings()
         self.show_panel()
 

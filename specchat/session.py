@@ -18,8 +18,11 @@ Post = Callable[[object], object]
 PROPOSERS = ("off", "n-gram", "draft", "dflash")  # the order a key cycles through them
 
 
-def clamp_k(k: int) -> int:
-    return max(1, min(MAX_K, k))
+def clamp_k(k: int, proposer: Proposer | None = None) -> int:
+    """k within 1..MAX_K, and within what a DFlash drafter's block gives."""
+    drafter = getattr(proposer, "drafter", None)
+    top = min(MAX_K, drafter.block_size - 1) if drafter is not None else MAX_K
+    return max(1, min(top, k))
 
 
 class Detokenizer:
@@ -93,7 +96,7 @@ class ChatSession:
         if name not in self._proposers:
             self._proposers[name] = self._build(name, progress)
         proposer = self._proposers[name]
-        proposer.k = clamp_k(k)
+        proposer.k = clamp_k(k, proposer)  # read by the generation at its next step
         return proposer
 
     def _build(self, name: str, progress) -> Proposer:

@@ -8,11 +8,12 @@ import json
 
 import pytest
 
+from engine import EngineError
 from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
-from tests.test_app_session import WORDS, ScriptedSession
+from tests.test_app_session import WORDS, ScriptedGeneration, ScriptedSession
 
 
 def pilot_test(scenario):
@@ -235,3 +236,41 @@ async def test_typed_plus_and_question_mark_are_text_not_keys():
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is app.screen_stack[0]
+
+
+class FailingGeneration(ScriptedGeneration):
+    def __iter__(self):
+        raise EngineError("context full: start a new chat")
+        yield  # a generator, like the real one
+
+
+class FailingSession(ScriptedSession):
+    """Loads, then fails every reply the way a full context does."""
+
+    def stream(self, ids, sampling, proposer):
+        return FailingGeneration(proposer, self.accepts, None)
+
+
+@pilot_test
+async def test_an_engine_error_ends_the_reply_with_its_message_and_the_chat_goes_on():
+    app = make_app(FailingSession(), Settings(), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "hello")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the error")
+        assert reply(app).status == "error: context full: start a new chat"
+        assert app.record.messages == []  # the failed turn is not part of the conversation
+        assert not app.query_one("#prompt").disabled
+
+
+@pilot_test
+async def test_a_model_that_cannot_load_says_why():
+    class Unloadable(ScriptedSession):
+        def load(self, progress):
+            raise EngineError("no model 'nope': not a file or directory")
+
+    app = make_app(Unloadable(), Settings(), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "cannot load" in str(app.query_one("#loading-text").render()), "the error")
+        assert "no model 'nope'" in str(app.query_one("#loading-text").render())
+        assert app.query_one("#prompt").disabled
