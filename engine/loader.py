@@ -61,6 +61,8 @@ def load_model(
     with torch.device("meta"):
         decoder = Decoder(config)
     decoder = decoder.to_empty(device=device).to(dtype)
+    if config.tie_word_embeddings:  # to_empty gives each module its own new tensor: tie again
+        decoder.lm_head.weight = decoder.embed_tokens.weight
     decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
     decoder.eval()
     return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context)

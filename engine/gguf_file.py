@@ -1,0 +1,169 @@
+"""Read a GGUF file: the config from its metadata, tensors dequantised under transformers' names,
+and the tokenizer (through transformers' own GGUF reader)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.config import ModelConfig
+from engine.errors import EngineError
+
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+# llama.cpp's converter interleaves the two rotary halves of every Q and K head of these
+# architectures (its kernels rotate adjacent pairs); our RoPE rotates halves, as transformers does.
+PERMUTED_QK = ("llama",)
+
+LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+
+Progress = Callable[[str], None] | None
+
+
+def read_gguf(path: str | Path, progress: Progress = None) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
+    """Config, float32 tensors under HF names (model.layers.0.self_attn.q_proj.weight, ...) and the
+    tokenizer (None when transformers cannot build one) of a GGUF file."""
+    from engine.loader import load_tokenizer
+
+    path = Path(path)
+    if progress:
+        progress(f"{path.name}: reading")
+    reader = open_gguf(path)
+    config = gguf_config(reader, path)
+    tensors = dict(iter_tensors(reader, config, progress))
+    if progress:
+        progress(f"{path.name}: reading the tokenizer")
+    return config, tensors, load_tokenizer(path.parent, gguf_file=path.name)
+
+
+def open_gguf(path: Path):
+    """A GGUFReader, or one EngineError line for a missing, foreign, truncated or corrupt file."""
+    from gguf import GGUFReader
+
+    if not path.is_file():
+        raise EngineError(f"no GGUF file at {path}")
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise EngineError(f"{path} is not a GGUF file (it does not start with the GGUF magic)")
+    try:
+        return GGUFReader(path)
+    except Exception as err:  # the reader fails in many ways on a cut file: each becomes this one line
+        raise EngineError(f"{path} is truncated or corrupt: {type(err).__name__}: {err}") from None
+
+
+def field(reader, key: str, default=None):
+    f = reader.get_field(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def gguf_config(reader, path: Path) -> ModelConfig:
+    """ModelConfig from the `{arch}.*` metadata; presence of tensors decides bias, q/k norm and tying."""
+    arch = field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        raise EngineError(
+            f"unsupported architecture {arch!r} in {path.name}: specchat runs {', '.join(ARCHITECTURES)}"
+        )
+
+    def meta(key: str, default=None):
+        value = field(reader, f"{arch}.{key}", default)
+        if value is None:
+            raise EngineError(f"{path.name} lacks the metadata key {arch}.{key}")
+        return value
+
+    names = {t.name: t for t in reader.tensors}
+    if "token_embd.weight" not in names:
+        raise EngineError(f"{path.name} has no token_embd.weight tensor")
+    scaling = field(reader, f"{arch}.rope.scaling.type", "none")
+    if scaling != "none" or "rope_freqs.weight" in names:
+        raise EngineError(f"{path.name} uses RoPE scaling ({scaling}): only plain RoPE is implemented")
+    heads, hidden = int(meta("attention.head_count")), int(meta("embedding_length"))
+    head_dim = int(meta("attention.key_length", hidden // heads))
+    if int(meta("rope.dimension_count", head_dim)) != head_dim:
+        raise EngineError(f"{path.name} rotates part of each head: only full-head RoPE is implemented")
+    eos = field(reader, "tokenizer.ggml.eos_token_id")
+    return ModelConfig(
+        model_type=arch,
+        vocab_size=int(names["token_embd.weight"].shape[-1]),  # GGUF lists dimensions innermost first
+        hidden_size=hidden,
+        intermediate_size=int(meta("feed_forward_length")),
+        num_layers=int(meta("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(meta("attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        rms_norm_eps=float(meta("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_theta=float(meta("rope.freq_base", 10000.0)),
+        max_position=int(meta("context_length", 32768)),
+        tie_word_embeddings="output.weight" not in names,
+        qkv_bias="blk.0.attn_q.bias" in names,
+        qk_norm="blk.0.attn_q_norm.weight" in names,
+        bos_token_id=field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_ids=[] if eos is None else [int(eos)],
+    )
+
+
+def hf_name(name: str) -> str:
+    """transformers' name for a GGUF tensor name (blk.3.attn_q.weight -> model.layers.3.self_attn.q_proj.weight)."""
+    m = LAYER_TENSOR.fullmatch(name)
+    if m and m.group(2) in LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    stem, _, kind = name.rpartition(".")
+    if stem in GLOBAL_NAMES:
+        return f"{GLOBAL_NAMES[stem]}.{kind}"
+    raise EngineError(f"GGUF tensor {name!r} has no place in this architecture")
+
+
+def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's rotary permutation of Q or K rows: within each head the converter moved
+    row i of the first half to 2i and row i of the second half to 2i + 1."""
+    half = w.shape[0] // heads // 2
+    return w.reshape(heads, half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def dequantised(tensor) -> np.ndarray:
+    """float32 values of one GGUF tensor in numpy's (outermost first) shape."""
+    from gguf.quants import dequantize
+
+    try:
+        values = dequantize(tensor.data, tensor.tensor_type)
+    except NotImplementedError:
+        raise EngineError(f"GGUF tensor {tensor.name} uses {tensor.tensor_type.name}, which cannot be read") from None
+    return values.reshape(tuple(int(d) for d in reversed(tensor.shape))).astype(np.float32, copy=False)
+
+
+def iter_tensors(reader, config: ModelConfig, progress: Progress = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, float32 tensor) for every tensor of the file, one at a time (a caller may cast each
+    before the next is made, so a large model never exists whole in float32)."""
+    permuted = config.model_type in PERMUTED_QK
+    total = len(reader.tensors)
+    for i, tensor in enumerate(reader.tensors):
+        name = hf_name(tensor.name)
+        values = dequantised(tensor)
+        if permuted and ".q_proj." in name:
+            values = unpermute(values, config.num_heads)
+        elif permuted and ".k_proj." in name:
+            values = unpermute(values, config.num_kv_heads)
+        if progress and (i + 1) * 10 // total != i * 10 // total:  # every tenth of the file
+            progress(f"dequantising tensors: {i + 1}/{total}")
+        if not values.flags.writeable:  # float32 tensors come straight from the read-only file map
+            values = values.copy()
+        yield name, torch.from_numpy(np.ascontiguousarray(values))
