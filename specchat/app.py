@@ -67,35 +67,41 @@ class SpecChat(App):
     # ---- layout --------------------------------------------------------------------------------
 
     def compose(self):
+        # Widgets kept by reference: a step that lands while the app closes updates them harmlessly.
+        self.chat, self.panel, self.legend = Transcript(id="chat"), SpecPanel(id="panel"), Legend(id="legend")
+        self.loading = Loading(id="loading")
+        self.prompt = PromptInput(placeholder="loading the model…", id="prompt", disabled=True)
         yield Header()
         with Horizontal(id="main"):
-            with Transcript(id="chat"):
-                yield Loading(id="loading")
-            yield SpecPanel(id="panel")
-        yield PromptInput(placeholder="loading the model…", id="prompt", disabled=True)
-        yield Legend(id="legend")
+            with self.chat:
+                yield self.loading
+            yield self.panel
+        yield self.prompt
+        yield self.legend
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
             self.theme = self.settings.theme
         self.sub_title = self.session.label
-        self.query_one(Legend).show(self.settings.teaching)
+        self.legend.show(self.settings.teaching)
         self.show_panel()
         self.load_model()
 
     def on_unmount(self) -> None:
-        self.action_stop()  # quitting mid-reply: the engine thread ends at its next step
+        # Quitting mid-reply: the engine thread ends at its next step; what was written is kept.
+        self.action_stop()
+        self.end_reply("cancelled")
 
     def on_resize(self) -> None:
         self.fold_panel()
 
     def fold_panel(self) -> None:
         wide = self.size.width >= NARROW
-        self.query_one(SpecPanel).display = wide if self.panel_forced is None else self.panel_forced
+        self.panel.display = wide if self.panel_forced is None else self.panel_forced
 
     def show_panel(self) -> None:
-        self.query_one(SpecPanel).show(self.stats, self.proposer_name, self.settings.k, self.loading_proposer)
+        self.panel.show(self.stats, self.proposer_name, self.settings.k, self.loading_proposer)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         # The chat screen's keys stay out of the help and settings screens' way.
@@ -119,17 +125,17 @@ class SpecChat(App):
     @on(LoadProgress)
     def load_progress(self, message: LoadProgress) -> None:
         if message.what == "model":
-            self.query_one(Loading).say(message.text.strip())
+            self.loading.say(message.text.strip())
         else:
             self.loading_proposer = f"loading {message.what}… {message.text.strip()}"[:60]
             self.show_panel()
 
     @on(ModelReady)
     def model_ready(self, message: ModelReady) -> None:
-        self.query_one(Loading).remove()
-        self.query_one(Transcript).add_note(WELCOME)
+        self.loading.remove()
+        self.chat.add_note(WELCOME)
         self.sub_title = self.record.model = message.label
-        prompt = self.query_one("#prompt", Input)
+        prompt = self.prompt
         prompt.disabled = False
         prompt.placeholder = "type a message · enter sends · ? help"
         prompt.focus()
@@ -139,8 +145,8 @@ class SpecChat(App):
     @on(LoadFailed)
     def load_failed(self, message: LoadFailed) -> None:
         if message.what == "model":
-            self.query_one(Loading).say(f"cannot load the model: {message.error}")
-            self.query_one(Loading).add_class("failed")
+            self.loading.say(f"cannot load the model: {message.error}")
+            self.loading.add_class("failed")
         else:
             self.loading_proposer = ""
             self.notify(f"cannot load {message.what}: {message.error}", severity="error", timeout=8)
@@ -227,9 +233,8 @@ class SpecChat(App):
             self.notify(str(err), severity="error", timeout=8)
             return
         self.save_record()
-        chat = self.query_one(Transcript)
-        chat.add_user(text)
-        self.reply = chat.add_reply(self.settings.teaching)
+        self.chat.add_user(text)
+        self.reply = self.chat.add_reply(self.settings.teaching)
         self.stats.new_reply()
         self.reply_id += 1
         self.gen = gen
@@ -253,19 +258,24 @@ class SpecChat(App):
     def reply_done(self, message: ReplyDone) -> None:
         self.gen = None
         self.refresh_bindings()
-        if message.reply != self.reply_id or self.reply is None:
-            return
+        if message.reply == self.reply_id:
+            self.end_reply(message.finished, message.error)
+
+    def end_reply(self, finished: str, error: str = "") -> None:
+        """Close the reply being written: into the record (unless it failed), and onto disk."""
         reply, m = self.reply, self.stats.reply
-        if message.finished == "error":
+        if reply is None:
+            return
+        if finished == "error":
             self.record.messages.pop()
-            reply.finish(f"error: {message.error}")
+            reply.finish(f"error: {error}")
         else:
             summary = f"{m.tokens + 1} tokens · {m.mean_acceptance_length:.2f} tokens/step · "
             summary += f"{m.tokens_per_second:.1f} tok/s"
             self.record.messages.append(
-                {"role": "assistant", "content": reply.text, "finished": message.finished, "stats": summary}
+                {"role": "assistant", "content": reply.text, "finished": finished, "stats": summary}
             )
-            reply.finish(f"{'stopped' if message.finished == 'cancelled' else message.finished} · {summary}")
+            reply.finish(f"{'stopped' if finished == 'cancelled' else finished} · {summary}")
         self.reply = None
         self.save_record()
 
@@ -275,9 +285,10 @@ class SpecChat(App):
 
     def action_new_chat(self) -> None:
         self.action_stop()
-        self.reply, self.reply_id = None, self.reply_id + 1  # steps still in flight are dropped
+        self.end_reply("cancelled")
+        self.reply_id += 1  # steps still in flight are dropped
         self.record = ChatRecord(model=self.session.label, system=self.settings.system)
-        self.query_one(Transcript).clear()
+        self.chat.clear()
         self.stats.new_reply()
         self.show_panel()
 
@@ -310,12 +321,12 @@ class SpecChat(App):
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching
-        self.query_one(Transcript).set_teaching(self.settings.teaching)
-        self.query_one(Legend).show(self.settings.teaching)
+        self.chat.set_teaching(self.settings.teaching)
+        self.legend.show(self.settings.teaching)
         self.save_settings()
 
     def action_panel(self) -> None:
-        self.panel_forced = not self.query_one(SpecPanel).display
+        self.panel_forced = not self.panel.display
         self.fold_panel()
 
     def action_help(self) -> None:

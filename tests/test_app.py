@@ -156,6 +156,20 @@ async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
 
 
 @pilot_test
+async def test_quitting_mid_reply_keeps_what_was_written(home):
+    session = ScriptedSession(accepts=[1], stepwise=True)
+    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "first")
+        session.release(2)
+        await until(pilot, lambda: steps_shown(app) == 2, "two steps")
+    saved = json.loads(app.record.path.read_text())
+    assert saved["messages"][-1]["content"] == "".join(WORDS[:5])
+    assert saved["messages"][-1]["finished"] == "cancelled"
+
+
+@pilot_test
 async def test_every_reply_is_saved_and_export_writes_markdown(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
