@@ -202,3 +202,15 @@ def test_speedup_waits_for_a_timed_plain_step():
     stats.add(Step([9], [], 0, "plain", 0, "off", 0.0, 0.010, 13))
     # 4 tokens in 20 ms against 10 ms per plain step: twice as fast
     assert abs(stats.speedup(stats.session) - 2.0) < 1e-9
+
+
+def test_command_line_options_override_saved_settings(tmp_path, monkeypatch):
+    from specchat.__main__ import parser
+    from specchat.app import settings_from
+
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    Settings(temperature=0.7, proposer="off", k=3).save()
+    kept = settings_from(parser().parse_args(["chat"]))
+    assert (kept.temperature, kept.proposer, kept.k) == (0.7, "off", 3)
+    given = settings_from(parser().parse_args(["chat", "--speculate", "6", "--temperature", "0"]))
+    assert (given.temperature, given.proposer, given.k) == (0.0, "n-gram", 6)
