@@ -14,11 +14,18 @@ COMPARE_KS = [2, 4, 8]
 RANDOM = "random"
 
 
-def add_common_arguments(p: argparse.ArgumentParser, ks: list[int], max_new_tokens: int, repeats: int) -> None:
-    p.add_argument("--model", default="smollm2-135m", help="target: pack name, HF directory, GGUF file or hub id")
+def add_common_arguments(
+    p: argparse.ArgumentParser, ks: list[int], max_new_tokens: int, repeats: int
+) -> None:
+    p.add_argument(
+        "--model", default="smollm2-135m", help="target: pack name, HF directory, GGUF file or hub id"
+    )
     p.add_argument("--draft", metavar="MODEL", help="draft model with the target's vocabulary")
-    p.add_argument("--dflash", metavar="DRAFTER",
-                   help=f"DFlash drafter directory or hub id (z-lab format); '{RANDOM}': random weights")
+    p.add_argument(
+        "--dflash",
+        metavar="DRAFTER",
+        help=f"DFlash drafter directory or hub id (z-lab format); '{RANDOM}': random weights",
+    )
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
@@ -33,15 +40,22 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", nargs="+", metavar="NAME", help="edit, explain (default both) or text files")
     p.add_argument("--no-peers", action="store_true", help="skip transformers' generate")
     s = p.add_mutually_exclusive_group()
-    s.add_argument("--sampled", dest="sampled", action="store_true", default=True,
-                   help="greedy and sampled rows (the default)")
+    s.add_argument(
+        "--sampled",
+        dest="sampled",
+        action="store_true",
+        default=True,
+        help="greedy and sampled rows (the default)",
+    )
     s.add_argument("--greedy-only", dest="sampled", action="store_false", help="greedy rows only")
     p.add_argument("--temperature", type=float, default=0.7, help="of the sampled rows")
     p.add_argument("--top-p", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-results", metavar="DIR", help="where bench.json and bench.png go")
-    p.add_argument("--from-json", metavar="FILE", help="no run: print the tables (and chart) of an earlier bench.json")
+    p.add_argument(
+        "--from-json", metavar="FILE", help="no run: print the tables (and chart) of an earlier bench.json"
+    )
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
@@ -82,12 +96,18 @@ def load_models(args):
 
     if args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
-    target = load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
-                        progress=note)
+    target = load_model(
+        args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note
+    )
     draft = None
     if args.draft:
-        draft = load_model(args.draft, device=str(target.device), dtype=target.dtype,
-                           max_context=args.max_context, progress=note)
+        draft = load_model(
+            args.draft,
+            device=str(target.device),
+            dtype=target.dtype,
+            max_context=args.max_context,
+            progress=note,
+        )
     drafter, label = load_dflash(args.dflash, target) if args.dflash else (None, "DFlash")
     return target, draft, drafter, label
 
@@ -102,8 +122,9 @@ def load_dflash(source: str, target):
     if source != RANDOM:
         return load_drafter(source, target), "DFlash"
     with tempfile.TemporaryDirectory(prefix="specchat-dflash-") as tmp:
-        return load_drafter(str(write_random_drafter(Path(tmp) / "random-drafter", target)), target), \
-            "DFlash (random weights)"
+        return load_drafter(
+            str(write_random_drafter(Path(tmp) / "random-drafter", target)), target
+        ), "DFlash (random weights)"
 
 
 def check_settings(args) -> None:
@@ -113,8 +134,10 @@ def check_settings(args) -> None:
     for k in args.k:
         check_k(k)
     if args.max_new_tokens < 2:
-        raise EngineError(f"--max-new-tokens must be at least 2 (decode speed needs a decode step), "
-                          f"got {args.max_new_tokens}")
+        raise EngineError(
+            f"--max-new-tokens must be at least 2 (decode speed needs a decode step), "
+            f"got {args.max_new_tokens}"
+        )
     if args.repeats < 1 or args.warmup < 0:
         raise EngineError("--repeats must be at least 1 and --warmup at least 0")
 
@@ -124,8 +147,13 @@ def sampling_params(args, sampled: bool):
 
     if not sampled:
         return SamplingParams(max_tokens=args.max_new_tokens, seed=args.seed)
-    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                          max_tokens=args.max_new_tokens)
+    return SamplingParams(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_tokens=args.max_new_tokens,
+    )
 
 
 def samplings(args) -> dict:
@@ -175,16 +203,20 @@ def measure(args, argv: list[str] | None) -> dict:
     prompts = load_prompts(args.prompts)
     target, draft, drafter, dflash_label = load_models(args)
     modes = samplings(args)
-    cases = [Case(p, name, s, target.encode_chat([{"role": "user", "content": p.text}]))
-             for p in prompts for name, s in modes.items()]
+    cases = [
+        Case(p, name, s, target.encode_chat([{"role": "user", "content": p.text}]))
+        for p in prompts
+        for name, s in modes.items()
+    ]
     method_list = methods(args.k, draft, drafter, dflash_label)
     peer = None
     if not args.no_peers:
         from engine.bench.peers import TransformersPeer
 
         note(f"loading {args.model} in transformers")
-        peer = TransformersPeer(args.model, target.device, target.dtype, target.stop_ids(), args.draft,
-                                repeats=args.repeats)
+        peer = TransformersPeer(
+            args.model, target.device, target.dtype, target.stop_ids(), args.draft, repeats=args.repeats
+        )
     jobs = []
     for case in cases:  # ours and theirs side by side, so drift during the run hits both
         jobs += our_jobs(target, [case], method_list)
@@ -196,13 +228,26 @@ def measure(args, argv: list[str] | None) -> dict:
         "schema": report.SCHEMA,
         "environment": report.environment(target.device, target.dtype, command),
         "settings": {
-            "model": args.model, "draft": args.draft, "dflash": args.dflash, "dflash_label": dflash_label,
-            "ks": args.k, "repeats": args.repeats, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
+            "model": args.model,
+            "draft": args.draft,
+            "dflash": args.dflash,
+            "dflash_label": dflash_label,
+            "ks": args.k,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "max_new_tokens": args.max_new_tokens,
             "peers": peer is not None,
             "samplings": {name: sampling_dict(s) for name, s in modes.items()},
         },
-        "prompts": [{"name": p.name, "title": p.title, "digest": p.digest,
-                     "tokens": next(len(c.ids) for c in cases if c.prompt is p)} for p in prompts],
+        "prompts": [
+            {
+                "name": p.name,
+                "title": p.title,
+                "digest": p.digest,
+                "tokens": next(len(c.ids) for c in cases if c.prompt is p),
+            }
+            for p in prompts
+        ],
         "notes": notes(args, dflash_label),
         "rows": rows,
         "best": best_k(rows),
@@ -210,8 +255,13 @@ def measure(args, argv: list[str] | None) -> dict:
 
 
 def sampling_dict(s) -> dict:
-    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p, "seed": s.seed,
-            "max_tokens": s.max_tokens}
+    return {
+        "temperature": s.temperature,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "seed": s.seed,
+        "max_tokens": s.max_tokens,
+    }
 
 
 def add_texts(rows: list[dict], tokenizer) -> None:
@@ -226,16 +276,21 @@ def add_texts(rows: list[dict], tokenizer) -> None:
 def notes(args, dflash_label: str) -> list[str]:
     out = []
     if args.draft and args.draft == args.model:
-        out.append("The draft model is the target itself: its rows show the cost of drafting and that the "
-                   "output is unchanged, not a useful speedup.")
+        out.append(
+            "The draft model is the target itself: its rows show the cost of drafting and that the "
+            "output is unchanged, not a useful speedup."
+        )
     if args.dflash == RANDOM:
-        out.append("DFlash rows use a drafter with random weights: they show the path runs and what a drafter "
-                   "pass costs, not how well a trained drafter drafts.")
+        out.append(
+            "DFlash rows use a drafter with random weights: they show the path runs and what a drafter "
+            "pass costs, not how well a trained drafter drafts."
+        )
     return out
 
 
 def compare(args) -> int:
     """Every available proposer at a few k on the user's prompt: one table, best k marked."""
+    from engine.bench import report
     from engine.bench.prompts import prompt_from_file
     from engine.bench.speculative import Case, methods, our_jobs
 
@@ -249,28 +304,5 @@ def compare(args) -> int:
     sampled = args.temperature > 0
     case = Case(prompt, "sampled" if sampled else "greedy", sampling_params(args, sampled), ids)
     rows = run_jobs(our_jobs(target, [case], methods(args.k, draft, drafter, dflash_label)), args)
-    print(compare_table(rows, len(ids)))
+    print(report.compare_table(rows, len(ids)))
     return 0
-
-
-def compare_table(rows: list[dict], prompt_tokens: int) -> str:
-    """One table: each method's best k marked, the fastest row of all starred."""
-    from engine.bench.report import DASH, fmt
-
-    best = {}
-    for r in rows:
-        if r["method"] != "plain" and (r["method"] not in best or r["tok_s"] > best[r["method"]]["tok_s"]):
-            best[r["method"]] = r
-    fastest = max(rows, key=lambda r: r["tok_s"])
-    head = ["method", "k", "tok/s", "speedup", "tokens/step", "accepted", "same text", "best"]
-    lines = [f"Prompt of {prompt_tokens} tokens, {rows[0]['new_tokens']} new tokens (plain decoding).", "",
-             f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
-    for r in rows:
-        drafting = r["method"] != "plain"
-        mark = "★ fastest" if r is fastest else ("best k" if best.get(r["method"]) is r else "")
-        cells = [r["label"], str(r["k"]) if drafting else DASH, fmt(r["tok_s"]), fmt(r["speedup"], ".2f", "×"),
-                 fmt(r.get("tokens_per_step"), ".2f"),
-                 fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
-                 ("yes" if r["same_text"] else "NO") if drafting else DASH, mark]
-        lines.append(f"| {' | '.join(cells)} |")
-    return "\n".join(lines)

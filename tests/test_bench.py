@@ -2,6 +2,7 @@
 
 import json
 import statistics
+import sys
 import zlib
 
 import pytest
@@ -10,18 +11,41 @@ import torch
 import engine
 from engine import ModelConfig, random_model
 from engine.bench.prompts import load_prompts, source_code
+from engine.bench.report import write_chart
 from engine.bench.speculative import SPECCHAT, Case, Job, Run, best_k, execute
 from engine.sampling import SamplingParams
 from specchat.__main__ import main
 
 VOCAB = 64
 ROW_FIELDS = {
-    "engine", "prompt", "sampling", "method", "k", "label", "deterministic", "new_tokens", "decode_tokens",
-    "decode_s", "decode_s_runs", "tok_s", "prefill_ms", "speedup", "same_text", "tokens",
+    "engine",
+    "prompt",
+    "sampling",
+    "method",
+    "k",
+    "label",
+    "deterministic",
+    "new_tokens",
+    "decode_tokens",
+    "decode_s",
+    "decode_s_runs",
+    "tok_s",
+    "prefill_ms",
+    "speedup",
+    "same_text",
+    "tokens",
 }
 OUR_FIELDS = {
-    "steps", "tokens_per_step", "drafted", "accepted", "acceptance_rate", "propose_ms", "verify_ms", "metrics",
-    "transformers_tok_s", "ours_over_transformers",
+    "steps",
+    "tokens_per_step",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "propose_ms",
+    "verify_ms",
+    "metrics",
+    "transformers_tok_s",
+    "ours_over_transformers",
 }
 ENVIRONMENT = {"device", "hardware", "dtype", "torch", "transformers", "commit", "date", "command"}
 
@@ -44,8 +68,17 @@ class LineTokenizer:
 
 
 def tiny(name: str, layers: int = 2):
-    cfg = ModelConfig(model_type="llama", vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_layers=layers,
-                      num_heads=4, num_kv_heads=2, head_dim=8, max_position=2048)
+    cfg = ModelConfig(
+        model_type="llama",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=layers,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        max_position=2048,
+    )
     model = random_model(cfg, seed=zlib.crc32(name.encode()), std=0.3, max_context=1024)
     model.tokenizer, model.name = LineTokenizer(), name
     return model
@@ -59,15 +92,37 @@ def tiny_models(monkeypatch):
 
 
 def bench(tmp_path, capsys, *extra):
-    argv = ["bench", "--device", "cpu", "--prompts", "edit", "--max-new-tokens", "6", "--k", "1", "3",
-            "--repeats", "1", "--warmup", "0", "--no-peers", "--out", str(tmp_path), *extra]
+    argv = [
+        "bench",
+        "--device",
+        "cpu",
+        "--prompts",
+        "edit",
+        "--max-new-tokens",
+        "6",
+        "--k",
+        "1",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--no-peers",
+        "--out",
+        str(tmp_path),
+        *extra,
+    ]
     assert main(argv) == 0
     return json.loads((tmp_path / "bench.json").read_text()), capsys.readouterr()
 
 
 def plain_row(rows, r):
-    return next(p for p in rows if (p["engine"], p["prompt"], p["sampling"], p["method"])
-                == (r["engine"], r["prompt"], r["sampling"], "plain"))
+    return next(
+        p
+        for p in rows
+        if (p["engine"], p["prompt"], p["sampling"], p["method"])
+        == (r["engine"], r["prompt"], r["sampling"], "plain")
+    )
 
 
 def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_path, capsys, tiny_models):
@@ -81,8 +136,11 @@ def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_p
     assert [p["name"] for p in results["prompts"]] == ["edit"] and results["prompts"][0]["tokens"] > 100
 
     rows = results["rows"]
-    expected = {(s, m, k) for s in ("greedy", "sampled")
-                for m, k in [("plain", 0), ("ngram", 1), ("ngram", 3), ("draft", 1), ("draft", 3)]}
+    expected = {
+        (s, m, k)
+        for s in ("greedy", "sampled")
+        for m, k in [("plain", 0), ("ngram", 1), ("ngram", 3), ("draft", 1), ("draft", 3)]
+    }
     assert {(r["sampling"], r["method"], r["k"]) for r in rows} == expected
     for r in rows:
         assert ROW_FIELDS | OUR_FIELDS <= set(r), r["method"]
@@ -100,7 +158,10 @@ def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_p
     assert {b["method"] for b in results["best"]} == {"ngram", "draft"}
 
     assert "| prompt | plain tok/s | n-gram | draft draft |" in out.out
-    assert "### edit: rename a type throughout the code, sampled (temperature 0.7, top-p 0.8, top-k 20" in out.out
+    assert (
+        "### edit: rename a type throughout the code, sampled (temperature 0.7, top-p 0.8, top-k 20"
+        in out.out
+    )
     assert "] 20/20 edit sampled specchat draft k=3" in out.err  # progress: 10 jobs of 2 runs
 
 
@@ -117,12 +178,24 @@ def test_speedup_and_best_k_are_ratios_of_the_measured_times():
     assert plain["tok_s"] == 4 / 2.0 and ngram["tok_s"] == 4 / 0.5
     assert ngram["speedup"] == 4.0 and plain["speedup"] == 1.0
     assert ngram["same_text"] is False and plain["same_text"] is True
-    assert best_k(rows) == [{"engine": SPECCHAT, "prompt": "edit", "sampling": "greedy", "method": "ngram", "k": 2,
-                             "tok_s": 8.0, "speedup": 4.0, "tokens_per_step": None}]
+    assert best_k(rows) == [
+        {
+            "engine": SPECCHAT,
+            "prompt": "edit",
+            "sampling": "greedy",
+            "method": "ngram",
+            "k": 2,
+            "tok_s": 8.0,
+            "speedup": 4.0,
+            "tokens_per_step": None,
+        }
+    ]
 
 
 def test_bench_tables_are_rendered_again_from_the_json(tmp_path, capsys, tiny_models):
-    results, out = bench(tmp_path / "run", capsys, "--model", "target", "--greedy-only", "--k", "2", "--warmup", "1")
+    results, out = bench(
+        tmp_path / "run", capsys, "--model", "target", "--greedy-only", "--k", "2", "--warmup", "1"
+    )
     assert main(["bench", "--from-json", str(tmp_path / "run" / "bench.json")]) == 0
     assert capsys.readouterr().out == out.out
     assert {r["sampling"] for r in results["rows"]} == {"greedy"}
@@ -132,8 +205,12 @@ def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path
     pytest.importorskip("engine.proposers.dflash")
     results, out = bench(tmp_path, capsys, "--model", "deep", "--dflash", "random", "--k", "2", "15")
     dflash = [r for r in results["rows"] if r["method"] == "dflash"]
-    assert {(r["sampling"], r["k"]) for r in dflash} == {("greedy", 2), ("greedy", 15), ("sampled", 2),
-                                                        ("sampled", 15)}
+    assert {(r["sampling"], r["k"]) for r in dflash} == {
+        ("greedy", 2),
+        ("greedy", 15),
+        ("sampled", 2),
+        ("sampled", 15),
+    }
     assert all(r["label"] == "DFlash (random weights)" and r["same_text"] for r in dflash)
     assert "random weights" in results["notes"][0]
     assert "DFlash tokens per step" in out.out
@@ -146,9 +223,17 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
     dirs = {}
     for name, seed in (("target", 1), ("draft", 2)):
         torch.manual_seed(seed)
-        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                                       initializer_range=0.3, tie_word_embeddings=False)
+        cfg = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=2048,
+            initializer_range=0.3,
+            tie_word_embeddings=False,
+        )
         transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path / name)
         dirs[name] = str(tmp_path / name)
     real_load = engine.load_model
@@ -159,9 +244,28 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
         return model
 
     monkeypatch.setattr(engine, "load_model", load)
-    argv = ["bench", "--model", dirs["target"], "--draft", dirs["draft"], "--device", "cpu", "--prompts", "explain",
-            "--max-new-tokens", "5", "--k", "2", "--repeats", "1", "--warmup", "0", "--greedy-only",
-            "--out", str(tmp_path / "out")]
+    argv = [
+        "bench",
+        "--model",
+        dirs["target"],
+        "--draft",
+        dirs["draft"],
+        "--device",
+        "cpu",
+        "--prompts",
+        "explain",
+        "--max-new-tokens",
+        "5",
+        "--k",
+        "2",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--greedy-only",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
     theirs = {(r["method"], r["k"]): r for r in rows if r["engine"] == "transformers"}
@@ -177,15 +281,48 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
     assert "transformers heuristic tok/s" in capsys.readouterr().out
 
 
+def test_chart_is_skipped_with_a_note_when_matplotlib_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert "matplotlib is not installed" in write_chart({"rows": []}, tmp_path / "bench.png")
+    assert not (tmp_path / "bench.png").exists()
+
+
+def test_chart_is_drawn_when_matplotlib_is_there(tmp_path, capsys, tiny_models):
+    pytest.importorskip("matplotlib")
+    bench(tmp_path, capsys, "--model", "target", "--greedy-only", "--k", "2")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_compare_marks_each_methods_best_k_and_the_fastest_row(tmp_path, capsys, tiny_models):
     prompt = tmp_path / "mine.txt"
     prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
-    argv = ["compare", "--model", "target", "--draft", "draft", "--device", "cpu", "--prompt-file", str(prompt),
-            "--k", "2", "4", "--max-new-tokens", "6", "--warmup", "0"]
+    argv = [
+        "compare",
+        "--model",
+        "target",
+        "--draft",
+        "draft",
+        "--device",
+        "cpu",
+        "--prompt-file",
+        str(prompt),
+        "--k",
+        "2",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--warmup",
+        "0",
+    ]
     assert main(argv) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [line.split(" | ")[0:2] for line in table] == [
-        ["| plain", "–"], ["| n-gram", "2"], ["| n-gram", "4"], ["| draft draft", "2"], ["| draft draft", "4"]]
+        ["| plain", "–"],
+        ["| n-gram", "2"],
+        ["| n-gram", "4"],
+        ["| draft draft", "2"],
+        ["| draft draft", "4"],
+    ]
     assert sum("★ fastest" in line for line in table) == 1
     for method in ("n-gram", "draft draft"):  # each method's best k is marked (or it is the fastest)
         assert sum(("best k" in line or "fastest" in line) for line in table if f"| {method} |" in line) == 1

@@ -44,7 +44,7 @@ def load_hf_model(name_or_path: str, device, dtype: torch.dtype):
     source, kw = hf_source(name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kw)
-    except Exception as err:  # any reason transformers refuses it: one line
+    except Exception as err:  # noqa: BLE001 - any reason transformers refuses it: one line
         raise EngineError(f"transformers cannot load {name_or_path}: {str(err).splitlines()[0]}") from None
     return model.to(device).eval()
 
@@ -52,8 +52,16 @@ def load_hf_model(name_or_path: str, device, dtype: torch.dtype):
 class TransformersPeer:
     """The target (and the draft, when given) loaded by transformers, ready to time generate."""
 
-    def __init__(self, target: str, device, dtype: torch.dtype, stop_ids: list[int], draft: str | None = None,
-                 repeats: int = 1, models=None):
+    def __init__(
+        self,
+        target: str,
+        device,
+        dtype: torch.dtype,
+        stop_ids: list[int],
+        draft: str | None = None,
+        repeats: int = 1,
+        models=None,
+    ):
         from transformers.utils import logging
 
         logging.set_verbosity_error()  # generate's per-call advice would bury the progress bar
@@ -75,8 +83,10 @@ class TransformersPeer:
             out += [self.job(case, "ngram", k, "transformers prompt lookup", exact) for k in ks]
             if self.assistant is not None:
                 out += [self.job(case, "draft", k, "transformers assistant, constant k", exact) for k in ks]
-                out += [self.job(case, "draft-heuristic", k, "transformers assistant, heuristic k", exact)
-                        for k in ks]
+                out += [
+                    self.job(case, "draft-heuristic", k, "transformers assistant, heuristic k", exact)
+                    for k in ks
+                ]
         return out
 
     def job(self, case: Case, method: str, k: int, label: str, deterministic: bool) -> Job:
@@ -84,8 +94,13 @@ class TransformersPeer:
 
     def options(self, case: Case, method: str, k: int) -> dict:
         s = case.sampling
-        kw = dict(max_new_tokens=s.max_tokens, min_new_tokens=0, eos_token_id=self.stop_ids or None,
-                  pad_token_id=self.stop_ids[0] if self.stop_ids else 0, repetition_penalty=1.0)
+        kw = {
+            "max_new_tokens": s.max_tokens,
+            "min_new_tokens": 0,
+            "eos_token_id": self.stop_ids or None,
+            "pad_token_id": self.stop_ids[0] if self.stop_ids else 0,
+            "repetition_penalty": 1.0,
+        }
         if s.greedy:
             kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
         else:
@@ -112,7 +127,7 @@ class TransformersPeer:
         with torch.inference_mode():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
         self.sync()
-        return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
+        return out[0, ids.shape[1] :].tolist(), time.perf_counter() - start
 
     def timed(self, case: Case, method: str, k: int) -> Run:
         prefill_s = self.prefill_s(case)

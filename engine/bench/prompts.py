@@ -32,7 +32,10 @@ class Prompt:
 
 def source_code() -> str:
     """textwrap.TextWrapper with wrap, fill and shorten, without docstrings or comments."""
-    parts = [inspect.getsource(obj) for obj in (textwrap.TextWrapper, textwrap.wrap, textwrap.fill, textwrap.shorten)]
+    parts = [
+        inspect.getsource(obj)
+        for obj in (textwrap.TextWrapper, textwrap.wrap, textwrap.fill, textwrap.shorten)
+    ]
     tree = ast.parse("\n\n".join(parts))
     for node in ast.walk(tree):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node) is not None:

@@ -55,10 +55,20 @@ def git_commit() -> str | None:
     """The checkout's commit, with "+dirty" when files differ from it; None outside a checkout."""
     root = Path(__file__).resolve().parents[2]
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return (commit + ("+dirty" if dirty else "")) or None
@@ -99,23 +109,42 @@ def detail_table(results: dict, prompt: dict, sampling: str) -> str:
     rows = [r for r in results["rows"] if r["prompt"] == prompt["name"] and r["sampling"] == sampling]
     ours = sorted((r for r in rows if r["engine"] == SPECCHAT), key=sort_key)
     heuristic = any(r.get("transformers_heuristic_tok_s") for r in ours)
-    head = ["method", "k", "tok/s", "speedup", "tokens/step", "accepted", "propose ms", "verify ms",
-            "same text", "transformers tok/s", "ours / theirs"]
+    head = [
+        "method",
+        "k",
+        "tok/s",
+        "speedup",
+        "tokens/step",
+        "accepted",
+        "propose ms",
+        "verify ms",
+        "same text",
+        "transformers tok/s",
+        "ours / theirs",
+    ]
     if heuristic:
         head += ["transformers heuristic tok/s", "ours / heuristic"]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
     for r in ours:
         drafting = r["method"] != "plain"
         cells = [
-            r["label"], str(r["k"]) if drafting else DASH, fmt(r["tok_s"]), fmt(r["speedup"], ".2f", "×"),
+            r["label"],
+            str(r["k"]) if drafting else DASH,
+            fmt(r["tok_s"]),
+            fmt(r["speedup"], ".2f", "×"),
             fmt(r.get("tokens_per_step"), ".2f"),
             fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
-            fmt(r.get("propose_ms"), ".2f") if drafting else DASH, fmt(r.get("verify_ms"), ".2f"),
-            same_text(r), fmt(r.get("transformers_tok_s")), fmt(r.get("ours_over_transformers"), ".2f", "×"),
+            fmt(r.get("propose_ms"), ".2f") if drafting else DASH,
+            fmt(r.get("verify_ms"), ".2f"),
+            same_text(r),
+            fmt(r.get("transformers_tok_s")),
+            fmt(r.get("ours_over_transformers"), ".2f", "×"),
         ]
         if heuristic:
-            cells += [fmt(r.get("transformers_heuristic_tok_s")), fmt(r.get("ours_over_transformers_heuristic"),
-                                                                      ".2f", "×")]
+            cells += [
+                fmt(r.get("transformers_heuristic_tok_s")),
+                fmt(r.get("ours_over_transformers_heuristic"), ".2f", "×"),
+            ]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -131,6 +160,17 @@ def best_cell(results: dict, engine: str, prompt: str, sampling: str, method: st
         if (b["engine"], b["prompt"], b["sampling"], b["method"]) == (engine, prompt, sampling, method):
             return f"{b['speedup']:.2f}× (k = {b['k']})" if b["speedup"] is not None else DASH
     return DASH
+
+
+def plain_tok_s(rows: list[dict], engine: str, prompt: str, sampling: str) -> float | None:
+    return next(
+        (
+            r["tok_s"]
+            for r in rows
+            if (r["engine"], r["prompt"], r["sampling"], r["method"]) == (engine, prompt, sampling, "plain")
+        ),
+        None,
+    )
 
 
 def summary_table(results: dict) -> str:
@@ -151,18 +191,21 @@ def summary_table(results: dict) -> str:
     for prompt, sampling in sections(results):
         name = prompt["title"] if sampling == "greedy" else f"{sampling}: {prompt['name']}"
 
-        def plain(engine: str):
-            return next((r["tok_s"] for r in rows if (r["engine"], r["prompt"], r["sampling"], r["method"])
-                         == (engine, prompt["name"], sampling, "plain")), None)
-
-        cells = [name, fmt(plain(SPECCHAT))]
+        cells = [name, fmt(plain_tok_s(rows, SPECCHAT, prompt["name"], sampling))]
         cells += [best_cell(results, SPECCHAT, prompt["name"], sampling, m) for m in ours]
         if "dflash" in ours:
-            best = next((b for b in results["best"] if (b["engine"], b["prompt"], b["sampling"], b["method"])
-                         == (SPECCHAT, prompt["name"], sampling, "dflash")), None)
+            best = next(
+                (
+                    b
+                    for b in results["best"]
+                    if (b["engine"], b["prompt"], b["sampling"], b["method"])
+                    == (SPECCHAT, prompt["name"], sampling, "dflash")
+                ),
+                None,
+            )
             cells.append(fmt(best and best["tokens_per_step"]))
         if (TRANSFORMERS, "plain") in present:
-            cells.append(fmt(plain(TRANSFORMERS)))
+            cells.append(fmt(plain_tok_s(rows, TRANSFORMERS, prompt["name"], sampling)))
             cells += [best_cell(results, TRANSFORMERS, prompt["name"], sampling, m) for m in theirs]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
@@ -172,13 +215,17 @@ def markdown(results: dict) -> str:
     """The whole report: the best-k summary, then one detail table per prompt and sampling."""
     env, settings = results["environment"], results["settings"]
     out = [
-        f"Target {settings['model']} on {env['hardware']} ({env['dtype']}), {settings['max_new_tokens']} new "
-        f"tokens, median of {settings['repeats']} after {settings['warmup']} warm-up; torch {env['torch']}, "
-        f"transformers {env['transformers']}, commit {env['commit'] or 'unknown'}, {env['date']}.",
+        (
+            f"Target {settings['model']} on {env['hardware']} ({env['dtype']}), {settings['max_new_tokens']} new "
+            f"tokens, median of {settings['repeats']} after {settings['warmup']} warm-up; torch {env['torch']}, "
+            f"transformers {env['transformers']}, commit {env['commit'] or 'unknown'}, {env['date']}."
+        ),
         f"`{env['command']}`",
         "",
-        "Speedup: decode tokens per second over plain decoding's, same engine, prompt and sampling, "
-        "at each method's best k.",
+        (
+            "Speedup: decode tokens per second over plain decoding's, same engine, prompt and sampling, "
+            "at each method's best k."
+        ),
         "",
         summary_table(results),
     ]
@@ -186,9 +233,55 @@ def markdown(results: dict) -> str:
         out += ["", note]
     for prompt, sampling in sections(results):
         sampled = results["settings"]["samplings"][sampling]
-        out += ["", f"### {prompt['title']}, {sampling} ({sampling_words(sampled)}; prompt {prompt['tokens']} "
-                    "tokens)", "", detail_table(results, prompt, sampling)]
+        heading = (
+            f"### {prompt['title']}, {sampling} ({sampling_words(sampled)}; prompt {prompt['tokens']} tokens)"
+        )
+        out += ["", heading, "", detail_table(results, prompt, sampling)]
     return "\n".join(out) + "\n"
+
+
+def compare_table(rows: list[dict], prompt_tokens: int) -> str:
+    """One table: each method's best k marked, the fastest row of all starred."""
+    best = {}
+    for r in rows:
+        if r["method"] != "plain" and (r["method"] not in best or r["tok_s"] > best[r["method"]]["tok_s"]):
+            best[r["method"]] = r
+    fastest = max(rows, key=lambda r: r["tok_s"])
+    head = [
+        "method",
+        "k",
+        "tok/s",
+        "speedup",
+        "tokens/step",
+        "accepted",
+        "propose ms",
+        "verify ms",
+        "same text",
+        "best",
+    ]
+    lines = [
+        f"Prompt of {prompt_tokens} tokens, {rows[0]['new_tokens']} new tokens (plain decoding).",
+        "",
+        f"| {' | '.join(head)} |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        drafting = r["method"] != "plain"
+        mark = "★ fastest" if r is fastest else ("best k" if best.get(r["method"]) is r else "")
+        cells = [
+            r["label"],
+            str(r["k"]) if drafting else DASH,
+            fmt(r["tok_s"]),
+            fmt(r["speedup"], ".2f", "×"),
+            fmt(r.get("tokens_per_step"), ".2f"),
+            fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
+            fmt(r["propose_ms"], ".2f") if drafting else DASH,
+            fmt(r["verify_ms"], ".2f"),
+            same_text(r),
+            mark,
+        ]
+        lines.append(f"| {' | '.join(cells)} |")
+    return "\n".join(lines)
 
 
 def sampling_words(s: dict) -> str:
@@ -201,8 +294,9 @@ def sampling_words(s: dict) -> str:
 
 
 def write_chart(results: dict, path: Path) -> str | None:
-    """Speedup against k, one panel per prompt and sampling; None when matplotlib is missing
-    (the reason is returned instead of raised: the chart is optional)."""
+    """Speedup against k: a panel per prompt (columns) and sampling (rows), a colour per method,
+    ours solid and transformers' dashed. Returns why not instead of raising when matplotlib is
+    missing: the chart is optional."""
     try:
         import matplotlib
 
@@ -210,25 +304,54 @@ def write_chart(results: dict, path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return "no chart: matplotlib is not installed (pip install matplotlib)"
-    panels = sections(results)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False, sharey=True)
     rows = results["rows"]
-    for ax, (prompt, sampling) in zip(axes[0], panels):
-        here = [r for r in rows if r["prompt"] == prompt["name"] and r["sampling"] == sampling]
-        ours_plain = next((r["tok_s"] for r in here if r["engine"] == SPECCHAT and r["method"] == "plain"), None)
-        for engine, style in ((SPECCHAT, "-o"), (TRANSFORMERS, "--x")):
-            for method in METHOD_ORDER[1:]:
-                line = sorted((r for r in here if r["engine"] == engine and r["method"] == method),
-                              key=lambda r: r["k"])
-                if line and ours_plain:
-                    ax.plot([r["k"] for r in line], [r["tok_s"] / ours_plain for r in line], style,
-                            label=line[0]["label"])
-        ax.axhline(1.0, color="grey", linewidth=0.8)
-        ax.set_title(f"{prompt['name']}, {sampling}")
-        ax.set_xlabel("k (drafts per step)")
-    axes[0][0].set_ylabel("tok/s over our plain decoding")
+    prompts = list(dict.fromkeys(r["prompt"] for r in rows))
+    modes = list(dict.fromkeys(r["sampling"] for r in rows))
+    fig, axes = plt.subplots(
+        len(modes), len(prompts), figsize=(5.5 * len(prompts), 3.8 * len(modes)), squeeze=False, sharey=True
+    )
+    colours = {
+        "ngram": "tab:blue",
+        "draft": "tab:orange",
+        "draft-heuristic": "tab:red",
+        "dflash": "tab:green",
+    }
+    for i, sampling in enumerate(modes):
+        for j, prompt in enumerate(prompts):
+            ax = axes[i][j]
+            here = [r for r in rows if r["prompt"] == prompt and r["sampling"] == sampling]
+            plain = next(
+                (r["tok_s"] for r in here if r["engine"] == SPECCHAT and r["method"] == "plain"), None
+            )
+            for engine, style in ((SPECCHAT, "-o"), (TRANSFORMERS, "--x")):
+                for method in METHOD_ORDER[1:]:
+                    line = sorted(
+                        (r for r in here if (r["engine"], r["method"]) == (engine, method)),
+                        key=lambda r: r["k"],
+                    )
+                    if line and plain:
+                        ax.plot(
+                            [r["k"] for r in line],
+                            [r["tok_s"] / plain for r in line],
+                            style,
+                            color=colours[method],
+                            label=line[0]["label"],
+                        )
+            theirs = next(
+                (r["tok_s"] for r in here if r["engine"] == TRANSFORMERS and r["method"] == "plain"), None
+            )
+            if theirs and plain:
+                ax.axhline(
+                    theirs / plain, color="grey", linestyle="--", linewidth=0.8, label="transformers plain"
+                )
+            ax.axhline(1.0, color="grey", linewidth=0.8, label="plain")
+            ax.set_xticks(results["settings"]["ks"])
+            ax.set_title(f"{prompt}, {sampling}")
+            ax.set_xlabel("k (drafts per step)")
+            ax.grid(alpha=0.3)
+        axes[i][0].set_ylabel("tok/s over our plain decoding")
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return None

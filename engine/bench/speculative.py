@@ -81,7 +81,8 @@ def methods(ks: list[int], draft=None, dflash=None, dflash_label: str = "DFlash"
 
         out += [
             Method("dflash", k, dflash_label, lambda k=k: DFlashProposer(dflash, k=k))
-            for k in ks if k <= dflash.block_size - 1
+            for k in ks
+            if k <= dflash.block_size - 1
         ]
     return out
 
@@ -100,13 +101,23 @@ def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, pr
 def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:
     stop_ids = model.stop_ids()
     return [
-        Job(SPECCHAT, case, m.name, m.k, m.label, True,
-            lambda case=case, m=m: timed_generate(model, case.ids, case.sampling, stop_ids, m.make()))
-        for case in cases for m in method_list
+        Job(
+            SPECCHAT,
+            case,
+            m.name,
+            m.k,
+            m.label,
+            True,
+            lambda case=case, m=m: timed_generate(model, case.ids, case.sampling, stop_ids, m.make()),
+        )
+        for case in cases
+        for m in method_list
     ]
 
 
-def execute(jobs: list[Job], warmup: int, repeats: int, tick: Callable[[str], None] = lambda _: None) -> list[dict]:
+def execute(
+    jobs: list[Job], warmup: int, repeats: int, tick: Callable[[str], None] = lambda _: None
+) -> list[dict]:
     """Run every job (warm-up runs, then timed repeats) and return one row each, linked."""
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
@@ -152,16 +163,18 @@ def row(job: Job, runs: list[Run]) -> dict:
     metrics = [r.metrics for r in runs if r.metrics is not None]
     if metrics:
         m = metrics[-1]
-        out.update({
-            "steps": m.steps,
-            "tokens_per_step": m.mean_acceptance_length,
-            "drafted": m.drafted,
-            "accepted": m.accepted,
-            "acceptance_rate": m.draft_acceptance_rate,
-            "propose_ms": 1000 * statistics.median(x.propose_s / max(x.steps, 1) for x in metrics),
-            "verify_ms": 1000 * statistics.median(x.verify_s / max(x.steps, 1) for x in metrics),
-            "metrics": m.as_dict(),
-        })
+        out.update(
+            {
+                "steps": m.steps,
+                "tokens_per_step": m.mean_acceptance_length,
+                "drafted": m.drafted,
+                "accepted": m.accepted,
+                "acceptance_rate": m.draft_acceptance_rate,
+                "propose_ms": 1000 * statistics.median(x.propose_s / max(x.steps, 1) for x in metrics),
+                "verify_ms": 1000 * statistics.median(x.verify_s / max(x.steps, 1) for x in metrics),
+                "metrics": m.as_dict(),
+            }
+        )
     return out
 
 
@@ -194,7 +207,15 @@ def best_k(rows: list[dict]) -> list[dict]:
         if key not in best or r["tok_s"] > best[key]["tok_s"]:
             best[key] = r
     return [
-        {"engine": e, "prompt": p, "sampling": s, "method": m, "k": r["k"], "tok_s": r["tok_s"],
-         "speedup": r["speedup"], "tokens_per_step": r.get("tokens_per_step")}
+        {
+            "engine": e,
+            "prompt": p,
+            "sampling": s,
+            "method": m,
+            "k": r["k"],
+            "tok_s": r["tok_s"],
+            "speedup": r["speedup"],
+            "tokens_per_step": r.get("tokens_per_step"),
+        }
         for (e, p, s, m), r in best.items()
     ]
