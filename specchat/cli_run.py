@@ -6,7 +6,7 @@ import sys
 import time
 
 from engine import EngineError, stream
-from specchat.options import load_target, proposer_from, sampling_from
+from specchat.options import load_target, progress_line, proposer_from, sampling_from
 
 
 def read_prompt(args) -> str:
@@ -59,6 +59,10 @@ def pull(args) -> int:
         for name, pack in packs.PACKS.items():
             print(f"{name:20} {pack.description}")
         return 0
-    path = packs.ensure(args.name, progress=lambda msg: print(f"\r{msg}", end="", file=sys.stderr, flush=True))
-    print(f"\n{args.name}: {path}")
+    try:
+        path = packs.ensure(args.name, progress=progress_line)
+    finally:
+        if sys.stderr.isatty():  # end the progress line before the path or an error
+            print(file=sys.stderr)
+    print(f"{args.name}: {path}")
     return 0

@@ -9,7 +9,11 @@ from engine.proposers.base import check_k
 
 
 def progress_line(message: str) -> None:
-    print(f"\r{message}", end="", file=sys.stderr, flush=True)
+    """On a terminal each message replaces the last on one stderr line; in a log, one line each."""
+    if sys.stderr.isatty():
+        print(f"\r\x1b[K{message}", end="", file=sys.stderr, flush=True)
+    else:
+        print(message, file=sys.stderr, flush=True)
 
 
 def sampling_from(args) -> SamplingParams:

@@ -15,8 +15,7 @@ import torch
 from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine import EngineError, SamplingParams, generate, load_model
-from engine import packs
+from engine import EngineError, SamplingParams, generate, load_model, packs
 from engine.gguf_file import read_gguf
 from tests.tiny_gguf import tiny_hf_model, write_gguf
 
@@ -41,12 +40,16 @@ def smollm2():
 def test_smollm2_greedy_continuation_matches_transformers(smollm2):
     model, reference, _ = smollm2
     ids = model.encode_chat(PROMPT)
-    ours = generate(model, ids, sampling=SamplingParams(temperature=0, max_tokens=64), stop_ids=model.stop_ids())
+    ours = generate(
+        model, ids, sampling=SamplingParams(temperature=0, max_tokens=64), stop_ids=model.stop_ids()
+    )
     # an explicit mask: the prompt holds token 2, which transformers could take for padding
     prompt = torch.tensor([ids])
-    theirs = reference.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=64)
+    theirs = reference.generate(
+        prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=64
+    )
     assert ours.finished == "length"  # a long answer: 64 tokens, no end of turn on either side
-    assert ours.tokens == theirs[0, len(ids):].tolist()
+    assert ours.tokens == theirs[0, len(ids) :].tolist()
 
 
 def test_smollm2_logits_match_transformers(smollm2):
@@ -62,8 +65,9 @@ def test_smollm2_converted_tokenizer_equals_the_gguf_one(smollm2):
     original = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     text = "Héllo wörld <|im_start|>user\n  two  spaces, 3.14159 and\ttabs<|im_end|>"
     assert model.tokenizer.encode(text) == original.encode(text)
-    assert model.tokenizer.apply_chat_template(PROMPT, add_generation_prompt=True) == \
-        original.apply_chat_template(PROMPT, add_generation_prompt=True)
+    assert model.tokenizer.apply_chat_template(
+        PROMPT, add_generation_prompt=True
+    ) == original.apply_chat_template(PROMPT, add_generation_prompt=True)
     assert model.tokenizer.eos_token_id == original.eos_token_id == 2
 
 
@@ -95,8 +99,18 @@ def test_llama_gguf_holds_interleaved_rows_that_loading_restores(tmp_path):
 def test_gguf_config_comes_from_metadata(tmp_path):
     reference = tiny_hf_model("qwen2")
     config, _, tokenizer = read_gguf(write_gguf(reference, tmp_path / "tiny.gguf"))
-    assert (config.model_type, config.vocab_size, config.hidden_size, config.num_layers) == ("qwen2", 64, 64, 2)
-    assert (config.num_heads, config.num_kv_heads, config.head_dim, config.intermediate_size) == (4, 2, 16, 96)
+    assert (config.model_type, config.vocab_size, config.hidden_size, config.num_layers) == (
+        "qwen2",
+        64,
+        64,
+        2,
+    )
+    assert (config.num_heads, config.num_kv_heads, config.head_dim, config.intermediate_size) == (
+        4,
+        2,
+        16,
+        96,
+    )
     assert config.qkv_bias and not config.qk_norm and not config.tie_word_embeddings
     assert config.eos_token_ids == [2] and tokenizer.eos_token == "<|im_end|>"
 
@@ -133,3 +147,17 @@ def test_missing_file_and_unknown_name_are_reported(tmp_path):
     assert "no GGUF file" in one_line_error(read_gguf, tmp_path / "missing.gguf")
     message = one_line_error(load_model, "no-such-model", device="cpu")
     assert "smollm2-135m" in message  # the packs there are, listed
+
+
+@pytest.mark.slow
+def test_coder_gguf_logits_match_transformers():
+    """Qwen2 with Q4_K, Q6_K, Q5_0 and Q8_0 tensors: the 0.5B Coder pack's GGUF read directly
+    (measured: 2e-5 on logits up to 32)."""
+    packs.ensure("qwen2.5-coder-0.5b")
+    gguf = packs.gguf_path("qwen2.5-coder-0.5b")
+    model = load_model(str(gguf), device="cpu", dtype="float32", max_context=256)
+    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    ids = model.encode_chat([{"role": "user", "content": "Write a Python function that reverses a string."}])
+    with torch.no_grad():
+        theirs = reference.eval()(torch.tensor([ids])).logits[0]
+    assert (prompt_logits(model, ids) - theirs).abs().max().item() < LOGITS_BOUND

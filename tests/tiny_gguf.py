@@ -18,10 +18,17 @@ CHAT_TEMPLATE = (
 )
 CONFIGS = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
 LAYER_NAMES = {
-    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
 }
 
 
@@ -30,9 +37,20 @@ def tiny_hf_model(family: str = "llama", tie: bool = False, seed: int = 0):
     with them any mistake in the Q/K row order, move the logits."""
     torch.manual_seed(seed)
     config = CONFIGS[family](
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=256,
-        tie_word_embeddings=tie, initializer_range=0.3, bos_token_id=1, eos_token_id=2,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=256,
+        tie_word_embeddings=tie,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
@@ -49,8 +67,11 @@ def gguf_name(hf: str) -> str:
         layer, rest = hf.removeprefix("model.layers.").split(".", 1)
         module, kind = rest.rsplit(".", 1)
         return f"blk.{layer}.{LAYER_NAMES[module]}.{kind}"
-    return {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-            "lm_head.weight": "output.weight"}[hf]
+    return {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }[hf]
 
 
 def tokenizer_vocab() -> tuple[list[str], list[str]]:
@@ -79,7 +100,9 @@ def write_gguf(model, path: Path, arch: str | None = None) -> Path:
     tokens, merges = tokenizer_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_token_list(tokens)
-    w.add_token_types([TokenType.CONTROL] * len(SPECIALS) + [TokenType.NORMAL] * (len(tokens) - len(SPECIALS)))
+    w.add_token_types(
+        [TokenType.CONTROL] * len(SPECIALS) + [TokenType.NORMAL] * (len(tokens) - len(SPECIALS))
+    )
     w.add_token_merges(merges)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
