@@ -74,7 +74,9 @@ def exact_joint(model, params) -> dict[tuple[int, ...], float]:
     for length in range(N):
         nxt = {}
         for prefix, mass in probs.items():
-            logits = model.step(model.new_sequence(), PROMPT + list(prefix), params, last_only=True).logits
+            seq = model.new_sequence()
+            logits = model.step(seq, PROMPT + list(prefix), params, last_only=True).logits
+            seq.release()
             p = probabilities(logits, params)[0]
             for token in range(VOCAB):
                 nxt[prefix + (token,)] = mass * p[token].item()
