@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import tempfile
@@ -29,6 +30,12 @@ def add_common_arguments(
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice; 1 keeps a busy machine's cores from stalling steps)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     p.add_argument("--k", type=int, nargs="+", default=ks, metavar="K", help="drafts per step to try")
     p.add_argument("--repeats", type=int, default=repeats, help="timed runs per row (the median is kept)")
@@ -163,6 +170,24 @@ def samplings(args) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run with n CPU threads (None: torch's choice), then restore the count."""
+    import torch
+
+    from engine.errors import EngineError
+
+    if n is not None and n < 1:
+        raise EngineError(f"--threads must be at least 1, got {n}")
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_jobs(jobs, args) -> list[dict]:
     from engine.bench.speculative import execute
 
@@ -182,7 +207,8 @@ def bench(args, argv: list[str] | None = None) -> int:
         results = report.read_json(Path(args.from_json))
         chart = Path(args.from_json).with_suffix(".png")
     else:
-        results = measure(args, argv)
+        with torch_threads(args.threads):
+            results = measure(args, argv)
         out.mkdir(parents=True, exist_ok=True)
         report.write_json(results, out / "bench.json")
         chart = out / "bench.png"
@@ -303,6 +329,7 @@ def compare(args) -> int:
         ids = target.encode_chat([{"role": "user", "content": prompt.text}])
     sampled = args.temperature > 0
     case = Case(prompt, "sampled" if sampled else "greedy", sampling_params(args, sampled), ids)
-    rows = run_jobs(our_jobs(target, [case], methods(args.k, draft, drafter, dflash_label)), args)
+    with torch_threads(args.threads):
+        rows = run_jobs(our_jobs(target, [case], methods(args.k, draft, drafter, dflash_label)), args)
     print(report.compare_table(rows, len(ids)))
     return 0

@@ -30,6 +30,7 @@ def environment(device, dtype, command: str) -> dict:
         "device": str(device),
         "hardware": hardware,
         "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "transformers": transformers.__version__,
@@ -216,7 +217,7 @@ def markdown(results: dict) -> str:
     env, settings = results["environment"], results["settings"]
     out = [
         (
-            f"Target {settings['model']} on {env['hardware']} ({env['dtype']}), {settings['max_new_tokens']} new "
+            f"Target {settings['model']} on {hardware(env)} ({env['dtype']}), {settings['max_new_tokens']} new "
             f"tokens, median of {settings['repeats']} after {settings['warmup']} warm-up; torch {env['torch']}, "
             f"transformers {env['transformers']}, commit {env['commit'] or 'unknown'}, {env['date']}."
         ),
@@ -282,6 +283,13 @@ def compare_table(rows: list[dict], prompt_tokens: int) -> str:
         ]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def hardware(env: dict) -> str:
+    threads = env.get("threads")
+    if env["device"].startswith("cpu") and threads:
+        return f"{env['hardware']}, {threads} thread{'s' if threads > 1 else ''}"
+    return env["hardware"]
 
 
 def sampling_words(s: dict) -> str:
