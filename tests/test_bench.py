@@ -92,26 +92,10 @@ def tiny_models(monkeypatch):
 
 
 def bench(tmp_path, capsys, *extra):
-    argv = [
-        "bench",
-        "--device",
-        "cpu",
-        "--prompts",
-        "edit",
-        "--max-new-tokens",
-        "6",
-        "--k",
-        "1",
-        "3",
-        "--repeats",
-        "1",
-        "--warmup",
-        "0",
-        "--no-peers",
-        "--out",
-        str(tmp_path),
-        *extra,
-    ]
+    options = (
+        "--device cpu --threads 1 --prompts edit --max-new-tokens 6 --k 1 3 --repeats 1 --warmup 0 --no-peers"
+    )
+    argv = ["bench", *options.split(), "--out", str(tmp_path), *extra]
     assert main(argv) == 0
     return json.loads((tmp_path / "bench.json").read_text()), capsys.readouterr()
 
@@ -244,25 +228,14 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
         return model
 
     monkeypatch.setattr(engine, "load_model", load)
+    options = "--device cpu --threads 1 --prompts explain --max-new-tokens 5 --k 2 --repeats 1 --warmup 0 --greedy-only"
     argv = [
         "bench",
         "--model",
         dirs["target"],
         "--draft",
         dirs["draft"],
-        "--device",
-        "cpu",
-        "--prompts",
-        "explain",
-        "--max-new-tokens",
-        "5",
-        "--k",
-        "2",
-        "--repeats",
-        "1",
-        "--warmup",
-        "0",
-        "--greedy-only",
+        *options.split(),
         "--out",
         str(tmp_path / "out"),
     ]
@@ -296,24 +269,8 @@ def test_chart_is_drawn_when_matplotlib_is_there(tmp_path, capsys, tiny_models):
 def test_compare_marks_each_methods_best_k_and_the_fastest_row(tmp_path, capsys, tiny_models):
     prompt = tmp_path / "mine.txt"
     prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
-    argv = [
-        "compare",
-        "--model",
-        "target",
-        "--draft",
-        "draft",
-        "--device",
-        "cpu",
-        "--prompt-file",
-        str(prompt),
-        "--k",
-        "2",
-        "4",
-        "--max-new-tokens",
-        "6",
-        "--warmup",
-        "0",
-    ]
+    options = "--model target --draft draft --device cpu --threads 1 --k 2 4 --max-new-tokens 6 --warmup 0"
+    argv = ["compare", *options.split(), "--prompt-file", str(prompt)]
     assert main(argv) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [line.split(" | ")[0:2] for line in table] == [
