@@ -65,6 +65,7 @@ class TransformersPeer:
         from transformers.utils import logging
 
         logging.set_verbosity_error()  # generate's per-call advice would bury the progress bar
+        logging.disable_progress_bar()
         self.device = torch.device(device)
         self.stop_ids = list(stop_ids)
         self.repeats = repeats

@@ -225,7 +225,8 @@ def markdown(results: dict) -> str:
         "",
         (
             "Speedup: decode tokens per second over plain decoding's, same engine, prompt and sampling, "
-            "at each method's best k."
+            "at each method's best k (transformers' columns: over its own plain decoding; the tables below "
+            "give ours / theirs at each k)."
         ),
         "",
         summary_table(results),
