@@ -61,7 +61,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench-results", metavar="DIR", help="where bench.json and bench.png go")
     p.add_argument(
-        "--from-json", metavar="FILE", help="no run: print the tables (and chart) of an earlier bench.json"
+        "--from-json",
+        nargs="+",
+        metavar="FILE",
+        help="no run: the tables and chart of earlier bench.json files (several: merged, e.g. one per prompt)",
     )
 
 
@@ -203,20 +206,18 @@ def bench(args, argv: list[str] | None = None) -> int:
     from engine.bench import report
 
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     if args.from_json:
-        results = report.read_json(Path(args.from_json))
-        chart = Path(args.from_json).with_suffix(".png")
+        results = report.merge([report.read_json(Path(f)) for f in args.from_json])
     else:
         with torch_threads(args.threads):
             results = measure(args, argv)
-        out.mkdir(parents=True, exist_ok=True)
+    if not args.from_json or len(args.from_json) > 1:
         report.write_json(results, out / "bench.json")
-        chart = out / "bench.png"
-    why = report.write_chart(results, chart)
-    print(report.markdown(results), end="")
-    print(why or f"chart: {chart}", file=sys.stderr)
-    if not args.from_json:
         print(f"figures: {out / 'bench.json'}", file=sys.stderr)
+    why = report.write_chart(results, out / "bench.png")
+    print(report.markdown(results), end="")
+    print(why or f"chart: {out / 'bench.png'}", file=sys.stderr)
     return 0
 
 

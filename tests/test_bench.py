@@ -180,9 +180,26 @@ def test_bench_tables_are_rendered_again_from_the_json(tmp_path, capsys, tiny_mo
     results, out = bench(
         tmp_path / "run", capsys, "--model", "target", "--greedy-only", "--k", "2", "--warmup", "1"
     )
-    assert main(["bench", "--from-json", str(tmp_path / "run" / "bench.json")]) == 0
-    assert capsys.readouterr().out == out.out
     assert {r["sampling"] for r in results["rows"]} == {"greedy"}
+    assert (
+        main(["bench", "--from-json", str(tmp_path / "run" / "bench.json"), "--out", str(tmp_path / "again")])
+        == 0
+    )
+    assert capsys.readouterr().out == out.out
+
+
+def test_runs_split_by_prompt_merge_into_one_table(tmp_path, capsys, tiny_models):
+    for name in ("edit", "explain"):
+        bench(tmp_path / name, capsys, "--model", "target", "--greedy-only", "--k", "2", "--prompts", name)
+    runs = [str(tmp_path / name / "bench.json") for name in ("edit", "explain")]
+    assert main(["bench", "--from-json", *runs, "--out", str(tmp_path / "both")]) == 0
+    merged = json.loads((tmp_path / "both" / "bench.json").read_text())
+    assert [p["name"] for p in merged["prompts"]] == ["edit", "explain"]
+    assert {(b["prompt"], b["method"]) for b in merged["best"]} == {("edit", "ngram"), ("explain", "ngram")}
+    out = capsys.readouterr().out
+    assert "| edit: rename a type throughout the code |" in out and "| explain the code |" in out
+    assert main(["bench", "--from-json", runs[0], runs[0], "--out", str(tmp_path / "twice")]) == 1
+    assert "measured the same row twice" in capsys.readouterr().err
 
 
 def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path, capsys, tiny_models):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from engine.bench.speculative import METHOD_ORDER, SPECCHAT, TRANSFORMERS
+from engine.bench.speculative import METHOD_ORDER, SPECCHAT, TRANSFORMERS, best_k
+from engine.errors import EngineError
 
 SCHEMA = 1
 DASH = "–"
@@ -81,6 +82,35 @@ def write_json(results: dict, path: Path) -> None:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def merge(runs: list[dict]) -> dict:
+    """One result from several runs of the same target on the same machine (a long bench split by
+    prompt, say). Each row keeps the speedup of its own run: ratios never cross runs."""
+    first = runs[0]
+    for other in runs[1:]:
+        for part, key in (("settings", "model"), ("environment", "hardware"), ("environment", "dtype")):
+            if other[part][key] != first[part][key]:
+                raise EngineError(
+                    f"cannot merge runs with different {key}: {first[part][key]!r} and {other[part][key]!r}"
+                )
+    rows = [r for run in runs for r in run["rows"]]
+    keys = [(r["engine"], r["prompt"], r["sampling"], r["method"], r["k"]) for r in rows]
+    if len(set(keys)) < len(keys):
+        raise EngineError("cannot merge runs that measured the same row twice")
+    prompts = {p["name"]: p for run in runs for p in run["prompts"]}
+    return {
+        **first,
+        "environment": {
+            **first["environment"],
+            "command": " ; ".join(r["environment"]["command"] for r in runs),
+        },
+        "settings": {**first["settings"], "ks": sorted({k for run in runs for k in run["settings"]["ks"]})},
+        "prompts": list(prompts.values()),
+        "notes": list(dict.fromkeys(n for run in runs for n in run.get("notes", []))),
+        "rows": rows,
+        "best": best_k(rows),
+    }
 
 
 # ---- Markdown ------------------------------------------------------------------------------
