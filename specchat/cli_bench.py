@@ -79,24 +79,33 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class ProgressBar:
-    """One line on stderr, redrawn before each run: bar, count, what runs now."""
+    """Progress on stderr, ticked before each run: on a terminal one line redrawn each time; in a
+    log, a line at the start and at every tenth of the way, so the log stays short."""
 
     def __init__(self, total: int, stream=None, width: int = 28):
-        self.total, self.done, self.width = total, 0, width
+        self.total, self.done, self.width = max(total, 1), 0, width
         self.stream = stream or sys.stderr
+        self.terminal = self.stream.isatty()
 
     def tick(self, label: str) -> None:
-        filled = self.width * self.done // max(self.total, 1)
-        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done + 1}/{self.total} {label}"
-        print(f"\r{line:<90}", end="", file=self.stream, flush=True)
+        filled = self.width * self.done // self.total
         self.done += 1
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {label}"
+        if self.terminal:
+            print(f"\r{line:<90}", end="", file=self.stream, flush=True)
+        elif self.done == 1 or 10 * self.done // self.total > 10 * (self.done - 1) // self.total:
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
-        print(file=self.stream, flush=True)
+        if self.terminal:
+            print(file=self.stream, flush=True)
 
 
 def note(message: str) -> None:
-    print(f"\r{message:<90}", end="", file=sys.stderr, flush=True)
+    if sys.stderr.isatty():
+        print(f"\r{message:<90}", end="", file=sys.stderr, flush=True)
+    else:
+        print(message, file=sys.stderr, flush=True)
 
 
 def load_models(args):
