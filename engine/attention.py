@@ -3,7 +3,9 @@
 `StepContext` carries where this step's keys and values go (slot_mapping) and where the
 whole context lives (context_slots), so `Decoder.forward(ids, positions, ctx)` stays clean.
 The torch path here is the reference: it gathers the context's K/V through the page table.
-Faster kernels plug in through `ctx.backend` and must match it.
+With backend "triton" (CUDA) the layer writes K/V itself (engine/triton_ops.qk_rope_store) and
+`attend` reads them in place through a device page table (engine/triton_attention), which is
+what lets a step be captured in a CUDA graph; it must match the reference.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ import torch
 from engine.kv_cache import PagePool
 
 
+MAX_DECODE_TOKENS = 16  # steps up to this many tokens use the paged kernel; longer ones, prefill
+
+
 @dataclass
 class StepContext:
     pool: PagePool
-    slot_mapping: torch.Tensor  # [T] pool slots this step's K/V are written to
-    context_slots: torch.Tensor  # [L] pool slots of positions 0..L-1 (L = context after this step)
+    slot_mapping: torch.Tensor | None  # [T] pool slots this step's K/V are written to
+    context_slots: torch.Tensor | None  # [L] pool slots of positions 0..L-1 (L = context after this step)
     causal: bool = True  # False: the step's queries see each other both ways (DFlash block)
     backend: str = "torch"
+    page_table: torch.Tensor | None = None  # triton: [pages] int64, the sequence's pages in order
+    start: torch.Tensor | None = None  # triton: [1] int64, position of the step's first token
 
 
 def paged_attention(
@@ -59,3 +66,37 @@ def reference_attention(
     probs = torch.softmax(scores, dim=-1)
     out = torch.matmul(probs, values.float())  # [H, T, D]
     return out.transpose(0, 1).to(q.dtype)
+
+
+def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch.Tensor:
+    """Attention for the triton backend, the step's K/V already in the cache. [T, H, D]."""
+    k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
+    if q.shape[0] <= MAX_DECODE_TOKENS:
+        from engine.triton_attention import paged_decode_attention
+
+        return paged_decode_attention(
+            q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale, ctx.causal
+        )
+    return prefill_attention(q, k_cache[ctx.context_slots], v_cache[ctx.context_slots], ctx.causal, scale)
+
+
+def prefill_attention(
+    q: torch.Tensor,  # [T, H, D], the last T positions of the context
+    keys: torch.Tensor,  # [L, KVH, D]
+    values: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """A long step (a prompt) through torch's fused attention over the gathered context."""
+    t, h, _ = q.shape
+    n, group = keys.shape[0], h // keys.shape[1]
+    qh = q.transpose(0, 1)[None]
+    kh = keys.repeat_interleave(group, dim=1).transpose(0, 1)[None]
+    vh = values.repeat_interleave(group, dim=1).transpose(0, 1)[None]
+    mask = None
+    if causal and t < n:
+        mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - t, n, device=q.device)[:, None]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        qh, kh, vh, attn_mask=mask, is_causal=causal and t == n, scale=scale
+    )
+    return out[0].transpose(0, 1)

@@ -3,6 +3,12 @@
 Batch size one: a step is a run of T tokens at consecutive positions of one sequence.
 Weights are fused where a step would otherwise launch several matmuls on the same input
 (q/k/v into qkv_proj, gate/up into gate_up_proj); `load_hf_state` takes the usual HF names.
+
+Two paths compute the same function. `forward` is the torch reference (any device, equal to
+transformers in float32). With ctx.backend "triton" (CUDA) the layers run `fused_forward`: the
+residual add rides in the next RMSNorm's kernel, q/k norm + RoPE + the K/V write are one
+kernel, SiLU * up another, and attention reads the paged cache in place; the linear layers are
+the same modules in both, so faster matmul kernels can replace them without touching the rest.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import StepContext, paged_attention
+from engine.attention import StepContext, attend, paged_attention
 from engine.config import ModelConfig
 from engine.errors import EngineError
 
@@ -27,6 +33,12 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused (CUDA): (norm(residual + x), residual + x), the sum written into residual."""
+        from engine.triton_ops import add_rms_norm
+
+        return add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -61,6 +73,19 @@ class Attention(nn.Module):
         out = paged_attention(q, k, v, self.layer, ctx, self.scale)
         return self.o_proj(out.reshape(t, self.q_size))
 
+    def fused_forward(self, x, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        from engine.triton_ops import qk_rope_store
+
+        t = x.shape[0]
+        norm = self.q_norm is not None
+        q = qk_rope_store(
+            self.qkv_proj(x), positions, inv_freq, self.q_norm.weight if norm else None,
+            self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
+            ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
+        )
+        out = attend(q, self.layer, ctx, self.scale)
+        return self.o_proj(out.reshape(t, self.q_size))
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -71,6 +96,11 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
+
+    def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
+        from engine.triton_ops import silu_mul
+
+        return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -85,6 +115,14 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext):
+        """x: the previous block's output, residual: the stream before it (None at layer 0).
+        Returns this layer's MLP output and the stream before it."""
+        h, residual = self.input_layernorm.add_forward(x, residual)
+        x = self.self_attn.fused_forward(h, positions, inv_freq, ctx)
+        h, residual = self.post_attention_layernorm.add_forward(x, residual)
+        return self.mlp.fused_forward(h), residual
+
 
 class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -96,6 +134,16 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def inv_freq(self, device: torch.device) -> torch.Tensor:
+        """RoPE frequencies in float32, as rope_tables computes them (kept off the module: .to()
+        would round a buffer)."""
+        if device not in self._inv_freq:
+            cfg = self.config
+            dims = torch.arange(0, cfg.head_dim, 2, dtype=torch.float, device=device)
+            self._inv_freq[device] = 1.0 / cfg.rope_theta ** (dims / cfg.head_dim)
+        return self._inv_freq[device]
 
     def rope_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # computed in float32 on every step: a buffer would be rounded by .to(bfloat16)
@@ -115,6 +163,8 @@ class Decoder(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Final-normed hidden states [T, H]; with `capture`, also the residual stream after each
         listed layer, concatenated [T, len(capture) * H] (what a DFlash drafter reads)."""
+        if ctx.backend == "triton":
+            return self.fused_forward(ids, positions, ctx, capture)
         x = self.embed_tokens(ids)
         cos, sin = self.rope_tables(positions, x.dtype)
         captured = []
@@ -123,6 +173,19 @@ class Decoder(nn.Module):
             if i in capture:
                 captured.append(x)
         hidden = self.norm(x)
+        if capture:
+            return hidden, torch.cat(captured, dim=-1)
+        return hidden
+
+    def fused_forward(self, ids, positions, ctx: StepContext, capture: tuple[int, ...] = ()):
+        x, residual = self.embed_tokens(ids), None
+        inv_freq = self.inv_freq(x.device)
+        captured = []
+        for i, layer in enumerate(self.layers):
+            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx)
+            if i in capture:
+                captured.append(residual + x)
+        hidden, _ = self.norm.add_forward(x, residual)
         if capture:
             return hidden, torch.cat(captured, dim=-1)
         return hidden

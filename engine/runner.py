@@ -3,15 +3,20 @@
 Every step runs T consecutive tokens of one sequence and samples, on the device, the token
 that follows each of them: prefill (the prompt, sampling only after its last token), decode
 (T = 1) and verify (T = k + 1) are the same operation. The host reads back only token ids.
+
+On CUDA, steps of up to 16 tokens replay CUDA graphs (engine/graphs.py) unless the model was
+made with eager=True; on the CPU, and for longer steps, they run eagerly. Both paths run the
+same kernels: the torch reference on the CPU, the fused Triton ones on CUDA.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 
 import torch
 
-from engine.attention import StepContext
+from engine.attention import MAX_DECODE_TOKENS, StepContext
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.kv_cache import PagePool, SeqCache
@@ -37,16 +42,25 @@ class Model:
     name: str = "model"
     max_context: int = 4096
     capture_layers: tuple[int, ...] = ()  # set while a DFlash drafter is attached
+    eager: bool = False  # CUDA: run every step op by op (no CUDA graphs)
     pool: PagePool = field(init=False)
 
     def __post_init__(self):
         cfg = self.config
         p = next(self.decoder.parameters())
         self.device, self.dtype = p.device, p.dtype
+        self.backend = "triton" if self.device.type == "cuda" and triton_available() else "torch"
         num_pages = -(-(self.max_context + MAX_STEP) // PAGE_SIZE)
-        self.pool = PagePool(
-            cfg.num_layers, num_pages, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype, self.device
+        graphed = self.backend == "triton" and not self.eager
+        self.pool = PagePool(  # graphs keep one page for themselves: the scratch their warm-ups write
+            cfg.num_layers, num_pages + graphed, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype,
+            self.device,
         )
+        self.graphs = None
+        if graphed:
+            from engine.graphs import StepGraphs
+
+            self.graphs = StepGraphs(self)
 
     def new_sequence(self) -> SeqCache:
         return SeqCache(self.pool)
@@ -60,15 +74,24 @@ class Model:
 
     @torch.inference_mode()
     def forward(self, seq: SeqCache, ids: torch.Tensor, causal: bool = True):
-        """Run ids [T] after the sequence's cached positions; K/V land in the pool."""
+        """Run ids [T] after the sequence's cached positions, op by op; K/V land in the pool."""
         t = ids.shape[0]
         self.check_room(seq, t)
         start = seq.length
         seq.append(t)
-        slots = seq.slots(0, start + t).to(self.device)
-        ctx = StepContext(self.pool, slots[start:], slots, causal=causal)
+        ctx = self.context(seq, start, t, causal)
         positions = torch.arange(start, start + t, device=self.device)
         return self.decoder(ids, positions, ctx, capture=self.capture_layers)
+
+    def context(self, seq: SeqCache, start: int, t: int, causal: bool = True) -> StepContext:
+        """Where a step of t tokens at `start` writes its K/V and finds its context."""
+        short = t <= MAX_DECODE_TOKENS
+        slots = None if self.backend == "triton" and short else seq.slots(0, start + t).to(self.device)
+        if self.backend == "torch":
+            return StepContext(self.pool, slots[start:], slots, causal)
+        pages = torch.tensor(seq.pages, dtype=torch.long).to(self.device, non_blocking=True)
+        first = torch.tensor([start], dtype=torch.long).to(self.device, non_blocking=True)
+        return StepContext(self.pool, None, slots, causal, "triton", pages, first)
 
     @torch.inference_mode()
     def step(
@@ -79,7 +102,12 @@ class Model:
         last_only: bool = False,
         stream: int = TOKEN,
     ) -> StepOutput:
-        """Run ids and sample the token after each (after the last only, for a prefill)."""
+        """Run ids and sample the token after each (after the last only, for a prefill).
+
+        ids may be a device tensor (drafts handed over on the device). With CUDA graphs the
+        outputs are the graph's static buffers: read them before this model's next step."""
+        if self.graphs is not None and 0 < len(ids) <= MAX_STEP:
+            return self.graphs.step(seq, ids, sampling, last_only, stream)
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
         start = seq.length
         out = self.forward(seq, ids)
@@ -89,6 +117,23 @@ class Model:
             hidden, positions = hidden[-1:], positions[-1:]
         logits = self.decoder.logits(hidden)
         return StepOutput(sample(logits, positions, sampling, stream), logits, captured)
+
+    @torch.inference_mode()
+    def chain(self, seq: SeqCache, first: torch.Tensor, n: int, sampling: SamplingParams, stream: int = TOKEN
+              ) -> StepOutput:
+        """n one-token steps, each running the token the previous one sampled, starting from
+        `first` ([1], on the device): tokens [n] and their logits [n, V]. The host only enqueues
+        them (replays of one graph on CUDA); nothing is read back."""
+        if self.graphs is not None:
+            return self.graphs.chain(seq, first, n, sampling, stream)
+        tokens, logits = [], []
+        token = first
+        for _ in range(n):
+            out = self.step(seq, token, sampling, last_only=True, stream=stream)
+            token = out.tokens
+            tokens.append(out.tokens)
+            logits.append(out.logits)
+        return StepOutput(torch.cat(tokens), torch.cat(logits))
 
     def probabilities(self, logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
         return probabilities(logits, sampling)
@@ -116,6 +161,10 @@ class Model:
             if tok is not None and name in getattr(tok, "get_vocab", lambda: {})():
                 ids.add(tok.convert_tokens_to_ids(name))
         return sorted(ids)
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
 
 
 def random_model(cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0, std: float = 0.02,

@@ -137,7 +137,12 @@ class Generation:
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
         drafts = proposal.drafts[:k]
         t1 = time.perf_counter()
-        out = model.step(seq, [last, *drafts], sampling)
+        ids = [last, *drafts]
+        on_device = getattr(proposal, "on_device", None)
+        if drafts and on_device is not None and on_device.device == model.device:
+            # the drafts go from the drafter's output to the verify step's input on the device
+            ids = torch.cat((on_device.new_tensor([last]), on_device[: len(drafts)]))
+        out = model.step(seq, ids, sampling)
         targets = self._targets(out, drafts, proposal, len(context))
         t2 = time.perf_counter()
         accepted = 0

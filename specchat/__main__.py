@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["chat", *argv]
+    if argv[:2] == ["bench", "steps"]:  # the step-time bench parses its own options
+        return bench_steps(argv[2:])
     args = parser().parse_args(argv)
     try:
         if args.command == "run":
@@ -75,8 +77,6 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import pull
 
             return pull(args)
-        if args.command == "bench" and args.what == "steps":
-            return bench_steps(args)
         if args.command == "bench":
             from specchat.cli_bench import bench
 
@@ -99,16 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def bench_steps(args) -> int:
-    import importlib.util
-
+def bench_steps(argv: list[str]) -> int:
+    from engine.bench.steps import main as steps_main
     from engine.errors import EngineError
 
-    if importlib.util.find_spec("engine.bench.steps") is None:
-        raise EngineError("the step-time bench is not in this build")
-    from engine.bench.steps import main as steps_main
-
-    return steps_main(args)
+    try:
+        return steps_main(argv)
+    except EngineError as err:
+        print(f"specchat: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

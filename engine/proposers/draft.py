@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.errors import EngineError
@@ -9,6 +11,11 @@ from engine.proposers.base import Proposal, Proposer
 from engine.sampling import DRAFT, SamplingParams, probabilities
 
 GREEDY = SamplingParams()
+
+
+@dataclass
+class DeviceProposal(Proposal):
+    on_device: torch.Tensor | None = None  # the drafts where the drafter sampled them [k]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -51,20 +58,21 @@ class DraftProposer(Proposer):
 
     def propose(self, context: list[int], k: int) -> Proposal:
         # Rewind to what the target accepted; then run the accepted tokens not yet seen (at least
-        # the last one, whose logits give the first draft), then k - 1 one-token steps.
+        # the last one, whose logits give the first draft), then a chain of k - 1 one-token
+        # steps, each fed on the device by the one before: the host waits once, at the end.
         keep = min(common_prefix(self.seen, context), len(context) - 1)
         self.seq.truncate(keep)
-        feed = context[keep:]
-        drafts: list[int] = []
-        qs = []
-        for i in range(k):
-            out = self.model.step(self.seq, feed, self.sampling, last_only=True, stream=DRAFT)
-            drafts.append(int(out.tokens[-1]))
-            if self.sampled_drafts:
-                qs.append(probabilities(out.logits[-1:], self.sampling))
-            feed = drafts[-1:]
+        out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, stream=DRAFT)
+        tokens, logits = [out.tokens[-1:]], [out.logits[-1:]]
+        if k > 1:
+            rest = self.model.chain(self.seq, out.tokens[-1:], k - 1, self.sampling, DRAFT)
+            tokens.append(rest.tokens)
+            logits.append(rest.logits)
+        on_device = torch.cat(tokens)
+        drafts = on_device.tolist()
+        q = probabilities(torch.cat(logits), self.sampling) if self.sampled_drafts else None
         self.seen = context + drafts[:-1]
-        return Proposal(drafts, torch.cat(qs) if qs else None)
+        return DeviceProposal(drafts, q, on_device)
 
     def describe(self) -> str:
         return f"draft {self.model.name} k={self.k}" + (" sampled" if self.sample else "")

@@ -1,0 +1,51 @@
+"""Attention launch settings swept on the lent GPU: 36 layers' paged attention as one graph.
+
+Prints ms per 36 calls (one Qwen3-4B step's attention) for each (splits, block_n) at 1 and 16
+query tokens, 1K and 8K context. Usage there: python3 bench/gpu/attn_sweep.py
+"""
+
+import statistics
+
+import torch
+
+from engine.triton_attention import paged_decode_attention
+
+LAYERS, KVH, H, D, PAGE = 36, 8, 32, 128, 16
+
+
+def time_graph(fn, reps=30):
+    fn()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for s, e in ev:
+        s.record()
+        g.replay()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def main():
+    for context in (1024, 8192):
+        pages = -(-(context + 16) // PAGE)
+        k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        table = torch.randperm(pages, device="cuda")
+        for t in (1, 16):
+            q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
+            start = torch.tensor([context], device="cuda")
+            row = []
+            for splits in (16, 32, 64):
+                for block_n in (32, 64):
+                    def run():
+                        for layer in range(LAYERS):
+                            paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True,
+                                                   splits=splits, block_n=block_n)
+                    row.append(f"s{splits}/b{block_n} {time_graph(run):.3f}")
+            print(f"context {context} tokens {t}: " + "  ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""specchat bench steps: how long one decode or verify step takes, next to what bounds it.
+
+For one model (random weights of a preset shape, or a real one), at each context length: the
+median device time of the graph-captured step of 1, 2, 4, 8 and 16 tokens, the whole step seen
+from the host (inputs in, sampled ids out), the eager step, and transformers' eager forward of
+the same weights with a KV cache. Beside them, measured in the same run: the floor (weight
+bytes over the device's copy bandwidth), cuBLAS's linear layers alone replayed as one graph,
+and where the time of a graph step goes (profiled kernels by kind, and the gaps between them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import PRESETS, preset
+from engine.errors import EngineError
+from engine.runner import Model, random_model
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+KINDS = {  # kernel name fragments -> part of a step
+    "attention": ("_attend_split", "_merge_splits"),
+    "norm/rope/act": ("_add_rms_norm", "_silu_mul", "_qk_rope_store"),
+    "linears": ("gemm", "gemv", "nvjet", "xmma", "cutlass", "splitk", "sm90"),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specchat bench steps", description=__doc__.splitlines()[0])
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--random", choices=sorted(PRESETS), help="random weights of this shape")
+    which.add_argument("--model", help="pack name, HF directory or GGUF file")
+    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
+    p.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    p.add_argument("--repeats", type=int, default=50, help="timed steps per figure (the median is kept)")
+    p.add_argument("--no-transformers", action="store_true", help="skip transformers' forward")
+    p.add_argument("--no-eager", action="store_true", help="skip the eager step")
+    p.add_argument("--json", metavar="FILE", help="also write the figures here")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        raise EngineError("the step bench needs a CUDA GPU")
+    room = max(args.contexts) + 64
+    if args.random:
+        model = random_model(preset(args.random), device="cuda", dtype=torch.bfloat16, max_context=room)
+        name = f"{args.random}-shaped (random bf16)"
+    else:
+        from engine.loader import load_model
+
+        model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room)
+        name = f"{model.name} (bf16)"
+    for cache in (model.pool.k, model.pool.v):
+        cache.normal_()  # never time on zeros
+    result = {"model": name, "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name()}
+    result["weight_bytes"] = weight_bytes(model)
+    result["copy_gbps"] = copy_bandwidth() / 1e9
+    result["floor_ms"] = result["weight_bytes"] / (result["copy_gbps"] * 1e9) * 1e3
+    result["steps"] = time_steps(model, args.contexts, args.lengths, args.repeats)
+    if not args.no_eager:
+        eager = Model(model.decoder, model.config, name=model.name, max_context=room, eager=True)
+        eager.pool.k.normal_()
+        eager.pool.v.normal_()
+        result["eager"] = time_eager(eager, args.contexts, [1, max(args.lengths)], max(5, args.repeats // 5))
+        del eager
+    result["linears_ms"] = {t: linears_graph_ms(model, t, args.repeats) for t in (1, max(args.lengths))}
+    result["parts"] = {t: step_parts(model, args.contexts[0], t) for t in (1, max(args.lengths))}
+    if not args.no_transformers:
+        result["transformers"] = time_transformers(model, args.contexts, args.lengths, 10)
+    print_report(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def weight_bytes(model: Model) -> int:
+    """Bytes one decode step must read: every weight once, the lm_head whole, one embedding row."""
+    dec = model.decoder
+    total = sum(p.numel() * p.element_size() for p in {id(p): p for p in dec.parameters()}.values())
+    emb = dec.embed_tokens.weight
+    row = emb.shape[1] * emb.element_size()
+    if dec.lm_head.weight is emb:
+        return total + row
+    return total - emb.numel() * emb.element_size() + row
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy rate in bytes/s, read plus write (2 GiB copied)."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), 20)
+    return 2 * src.numel() / (ms / 1e3)
+
+
+def median_ms(fn, repeats: int, warmup: int = 3) -> float:
+    """Median device time of fn, each call between its own pair of events."""
+    for _ in range(warmup):
+        fn()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs)
+
+
+def host_ms(fn, repeats: int, warmup: int = 3) -> float:
+    """Median wall time of fn, which ends by reading its result back (a sync)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def step_fn(model: Model, seq, t: int, context: int):
+    ids = torch.randint(0, model.config.vocab_size, (t,)).tolist()
+
+    def step():
+        out = model.step(seq, ids, GREEDY)
+        out.tokens.tolist()
+        seq.truncate(context)
+
+    return step
+
+
+def time_steps(model: Model, contexts, lengths, repeats: int) -> dict:
+    rows = {}
+    for context in contexts:
+        seq = model.new_sequence()
+        seq.append(context)
+        for t in lengths:
+            step = step_fn(model, seq, t, context)
+            step()  # captures the graph and loads its inputs
+            graph = model.graphs.last
+            rows[f"{context}/{t}"] = {
+                "graph_ms": median_ms(graph.replay, repeats),
+                "host_ms": host_ms(step, repeats),
+            }
+        seq.release()
+    return rows
+
+
+def time_eager(model: Model, contexts, lengths, repeats: int) -> dict:
+    rows = {}
+    for context in contexts:
+        seq = model.new_sequence()
+        seq.append(context)
+        for t in lengths:
+            rows[f"{context}/{t}"] = host_ms(step_fn(model, seq, t, context), repeats)
+        seq.release()
+    return rows
+
+
+def linears_graph_ms(model: Model, t: int, repeats: int) -> float:
+    """cuBLAS alone: every linear layer of a step (lm_head included) replayed as one graph."""
+    dec, cfg = model.decoder, model.config
+    x = torch.randn(t, cfg.hidden_size, device="cuda", dtype=model.dtype)
+    attn_out = torch.randn(t, cfg.num_heads * cfg.head_dim, device="cuda", dtype=model.dtype)
+    act = torch.randn(t, cfg.intermediate_size, device="cuda", dtype=model.dtype)
+
+    def linears():
+        for layer in dec.layers:
+            a, m = layer.self_attn, layer.mlp
+            F.linear(x, a.qkv_proj.weight, a.qkv_proj.bias)
+            F.linear(attn_out, a.o_proj.weight)
+            F.linear(x, m.gate_up_proj.weight)
+            F.linear(act, m.down_proj.weight)
+        F.linear(x, dec.lm_head.weight)
+
+    linears()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        linears()
+    ms = median_ms(graph.replay, repeats)
+    del graph
+    return ms
+
+
+def step_parts(model: Model, context: int, t: int, replays: int = 10) -> dict:
+    """Profile graph replays of a step: device time of each kind of kernel, and the gaps."""
+    seq = model.new_sequence()
+    seq.append(context)
+    step_fn(model, seq, t, context)()
+    graph = model.graphs.last
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    seq.release()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    parts = {kind: 0.0 for kind in (*KINDS, "rest")}
+    names: dict[str, set] = {kind: set() for kind in parts}
+    for e in events:
+        kind = next((k for k, frags in KINDS.items() if any(f in e["name"].lower() for f in frags)), "rest")
+        parts[kind] += e["dur"] / 1e3 / replays
+        names[kind].add(e["name"][:48])
+    span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e3 / replays
+    parts["gaps"] = span - sum(parts.values())
+    parts["span"] = span
+    parts["kernels"] = len(events) / replays
+    parts["rest_names"] = sorted(names["rest"])[:12]
+    return parts
+
+
+def hf_state(model: Model) -> dict[str, torch.Tensor]:
+    """Our weights under transformers' names (fused q/k/v and gate/up split again)."""
+    cfg, out = model.config, {}
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    for name, p in model.decoder.state_dict().items():
+        if "qkv_proj" in name:
+            for part, w in zip("qkv", p.split([q, kv, kv])):
+                out["model." + name.replace("qkv_proj", f"{part}_proj")] = w
+        elif "gate_up_proj" in name:
+            gate, up = p.chunk(2)
+            out["model." + name.replace("gate_up_proj", "gate_proj")] = gate
+            out["model." + name.replace("gate_up_proj", "up_proj")] = up
+        elif name.startswith("lm_head"):
+            out[name] = p
+        else:
+            out["model." + name] = p
+    return out
+
+
+def transformers_model(model: Model):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from engine.hf_export import hf_config
+
+    fields = hf_config(model.config, str(model.dtype).removeprefix("torch."))
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device(model.device):
+        try:
+            hf = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+        except TypeError:  # transformers 4.x spelling
+            hf = AutoModelForCausalLM.from_config(config, torch_dtype=model.dtype)
+    missing, unexpected = hf.load_state_dict(hf_state(model), strict=False)
+    if [m for m in missing if "rotary" not in m] or unexpected:
+        raise EngineError(f"transformers model does not take these weights: {missing[:3]} {unexpected[:3]}")
+    return hf.eval()
+
+
+@torch.inference_mode()
+def time_transformers(model: Model, contexts, lengths, repeats: int) -> dict:
+    """transformers' eager forward of t tokens after `context` cached ones (its DynamicCache)."""
+    from transformers import DynamicCache
+
+    hf = transformers_model(model)
+    rows = {}
+    for context in contexts:
+        cache = DynamicCache(config=hf.config)
+        prompt = torch.randint(0, model.config.vocab_size, (1, context), device="cuda")
+        hf(input_ids=prompt, past_key_values=cache, use_cache=True)
+        for t in lengths:
+            ids = torch.randint(0, model.config.vocab_size, (1, t), device="cuda")
+
+            def forward():
+                hf(input_ids=ids, past_key_values=cache, use_cache=True).logits.argmax(-1).tolist()
+                cache.crop(context)
+
+            rows[f"{context}/{t}"] = host_ms(forward, repeats, warmup=2)
+        del cache
+    del hf
+    torch.cuda.empty_cache()
+    return rows
+
+
+def print_report(r: dict) -> None:
+    floor = r["floor_ms"]
+    print(f"\n{r['model']} on {r['device']}, {r['date']}")
+    print(f"weights {r['weight_bytes'] / 1e9:.2f} GB, copy {r['copy_gbps']:,.0f} GB/s -> floor {floor:.3f} ms")
+    head = f"{'context':>7} {'tokens':>6} {'graph ms':>9} {'x floor':>7} {'x decode':>8} {'host ms':>8}"
+    head += f" {'eager ms':>9} {'transformers ms':>15} {'x floor':>7}"
+    print(head)
+    for key, row in r["steps"].items():
+        context, t = key.split("/")
+        decode = r["steps"][f"{context}/1"]["graph_ms"]
+        eager = r.get("eager", {}).get(key)
+        hf = r.get("transformers", {}).get(key)
+        line = f"{context:>7} {t:>6} {row['graph_ms']:9.3f} {row['graph_ms'] / floor:7.2f}"
+        line += f" {row['graph_ms'] / decode:8.2f} {row['host_ms']:8.3f}"
+        line += f" {eager:9.3f}" if eager else f" {'':>9}"
+        line += f" {hf:15.2f} {hf / floor:7.1f}" if hf else ""
+        print(line)
+    for t, ms in r["linears_ms"].items():
+        print(f"cuBLAS linears alone, one graph, {t} token(s): {ms:.3f} ms = {ms / floor:.2f}x floor")
+    for t, p in r["parts"].items():
+        kinds = ", ".join(f"{k} {p[k]:.3f}" for k in (*KINDS, "rest", "gaps"))
+        print(f"{t}-token step at {next(iter(r['steps'])).split('/')[0]} context, ms: {kinds} "
+              f"(span {p['span']:.3f}, {p['kernels']:.0f} kernels)")
+    print("rest:", "; ".join(r["parts"][1]["rest_names"]))

@@ -1,0 +1,168 @@
+"""CUDA graphs of a model's steps: decode (1 token) and verify (2..16 tokens), and a draft chain.
+
+A step's inputs live in one static device buffer, filled by one host-to-device copy:
+
+    [ ids (16) | start | chain counter | page table (every page of the pool) ]
+
+The graph of a T-token step reads ids[:T], derives positions and the context length from
+`start`, finds K/V through the page table, and ends with sampling, so its outputs (tokens,
+logits, captured states) stay on the device until the caller reads the tokens. Graphs are
+captured on first use, per (length, sampling settings, noise stream), into one memory pool.
+Sampling settings are baked into a graph: a few settings' graphs are kept, the oldest dropped.
+
+The chain graph is one draft step that takes its input token from the previous replay's
+sample (chain_ids[counter]) and advances start and counter itself, so k - 1 draft steps are
+k - 1 replays with nothing between them on the host.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from engine.attention import StepContext
+from engine.sampling import SamplingParams, sample
+
+START = 16  # index of the step's first position in the input buffer (after 16 ids)
+COUNTER = 17
+PAGES = 18  # the page table starts here
+MAX_STEP = 16
+KEPT_SETTINGS = 3  # sampled settings whose graphs are kept (greedy ones always are)
+
+
+def settings_key(sampling: SamplingParams):
+    if sampling.greedy:
+        return "greedy"
+    return (sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed)
+
+
+class StepGraphs:
+    def __init__(self, model):
+        self.model = model
+        device = model.device
+        pool = model.pool
+        # the last page is never handed out: capture warm-ups write their K/V there
+        self.scratch_page = pool.free.pop()
+        self.host = torch.zeros(PAGES + pool.num_pages, dtype=torch.long).pin_memory()
+        self.host_view = self.host.numpy()
+        self.inputs = torch.zeros(self.host.shape, dtype=torch.long, device=device)
+        self.ids = self.inputs[:MAX_STEP]
+        self.start = self.inputs[START : START + 1]
+        self.counter = self.inputs[COUNTER : COUNTER + 1]
+        self.page_table = self.inputs[PAGES:]
+        self.offsets = torch.arange(MAX_STEP, device=device)
+        self.chain_ids = torch.zeros(MAX_STEP + 1, dtype=torch.long, device=device)
+        self.chain_logits = torch.zeros(MAX_STEP, model.config.vocab_size, dtype=torch.float32, device=device)
+        self.loaded = torch.cuda.Event()
+        self.mempool = torch.cuda.graph_pool_handle()
+        self.graphs: dict = {}
+        self.settings: OrderedDict = OrderedDict()  # sampled settings in use, oldest first
+        self.captures = 0
+        self.last = None  # the graph of the latest step (the step bench replays it)
+
+    def step(self, seq, ids, sampling: SamplingParams, last_only: bool, stream: int):
+        from engine.runner import StepOutput
+
+        t = len(ids)
+        self.model.check_room(seq, t)
+        graph, (tokens, logits, captured) = self._graph(("step", t, tuple(self.model.capture_layers)),
+                                                        sampling, stream)
+        start = seq.length
+        seq.append(t)
+        self._load(seq.pages, start, ids)
+        graph.replay()
+        self.last = graph
+        if last_only:
+            tokens, logits = tokens[-1:], logits[-1:]
+        return StepOutput(tokens, logits, captured)
+
+    def chain(self, seq, first: torch.Tensor, n: int, sampling: SamplingParams, stream: int):
+        from engine.runner import StepOutput
+
+        self.model.check_room(seq, n)
+        graph, _ = self._graph(("chain",), sampling, stream)
+        start = seq.length
+        seq.append(n)
+        self._load(seq.pages, start, None)
+        self.chain_ids[:1].copy_(first.view(-1)[-1:])
+        for _ in range(n):
+            graph.replay()
+        return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n])
+
+    def _load(self, pages: list[int], start: int, ids) -> None:
+        """One host-to-device copy of the step's inputs (ids too, unless they are on the device)."""
+        self.loaded.synchronize()  # the previous copy has left the pinned buffer
+        h = self.host_view
+        on_device = isinstance(ids, torch.Tensor) and ids.device.type == "cuda"
+        if ids is not None and not on_device:
+            h[: len(ids)] = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        h[START] = start
+        h[COUNTER] = 0
+        h[PAGES : PAGES + len(pages)] = pages
+        self.inputs.copy_(self.host, non_blocking=True)
+        self.loaded.record()
+        if on_device:
+            self.ids[: len(ids)].copy_(ids)
+
+    def _graph(self, shape: tuple, sampling: SamplingParams, stream: int):
+        key = (*shape, settings_key(sampling), stream)
+        if key not in self.graphs:
+            self._keep(settings_key(sampling))
+            body = self._chain_body if shape[0] == "chain" else self._step_body
+            self.graphs[key] = self._capture(lambda: body(shape, sampling, stream))
+        return self.graphs[key]
+
+    def _keep(self, settings) -> None:
+        if settings == "greedy":
+            return
+        self.settings[settings] = None
+        self.settings.move_to_end(settings)
+        while len(self.settings) > KEPT_SETTINGS:
+            old, _ = self.settings.popitem(last=False)
+            for key in [k for k in self.graphs if k[-2] == old]:
+                del self.graphs[key]
+
+    def _context(self) -> StepContext:
+        return StepContext(self.model.pool, None, None, True, "triton", self.page_table, self.start)
+
+    def _step_body(self, shape, sampling, stream):
+        _, t, capture = shape
+        decoder = self.model.decoder
+        positions = self.start + self.offsets[:t]
+        out = decoder(self.ids[:t], positions, self._context(), capture=capture)
+        hidden, captured = out if capture else (out, None)
+        logits = decoder.logits(hidden)
+        return sample(logits, positions + 1, sampling, stream), logits, captured
+
+    def _chain_body(self, shape, sampling, stream):
+        decoder = self.model.decoder
+        positions = self.start + self.offsets[:1]
+        ids = self.chain_ids.index_select(0, self.counter)
+        logits = decoder.logits(decoder(ids, positions, self._context()))
+        token = sample(logits, positions + 1, sampling, stream)
+        self.chain_ids.index_copy_(0, self.counter + 1, token)
+        self.chain_logits.index_copy_(0, self.counter, logits)
+        self.start.add_(1)
+        self.counter.add_(1)
+        return None, None, None
+
+    def _capture(self, body):
+        """Warm up (compiles the kernels) and capture `body`, both on scratch inputs: start 0 and
+        every page the scratch page, so nothing a live sequence owns is written."""
+        h = self.host_view
+        self.loaded.synchronize()
+        h[:] = 0
+        h[PAGES:] = self.scratch_page
+        self.inputs.copy_(self.host)
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            body()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.mempool):
+            outputs = body()
+        self.captures += 1
+        return graph, outputs

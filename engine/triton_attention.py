@@ -1,0 +1,142 @@
+"""Paged attention for decode and verify steps (1..16 query tokens), in Triton.
+
+K/V are read in place through the sequence's page table: no gather copy of the cache. The
+context length comes from a device scalar (the step's start position), so one launch shape
+serves every length and the kernel can sit inside a CUDA graph.
+
+Flash-decoding: the context is cut into a fixed number of splits, each program attends one KV
+head's query group (all T tokens x G heads as one matrix, so the GQA group shares each K/V
+load) to one split, and a second kernel merges the splits by their log-sum-exp. At batch 1 a
+1K..8K context thus keeps every multiprocessor busy.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = 64  # keys per inner iteration
+
+
+@triton.jit
+def _attend_split(
+    q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
+    T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, PS: tl.constexpr,
+    SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, FP32: tl.constexpr,
+):
+    kvh = tl.program_id(0)
+    split = tl.program_id(1)
+    start = tl.load(start_ptr)
+    length = start + T
+    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * chunk
+    hi = tl.minimum(lo + chunk, length)
+
+    rows = tl.arange(0, M)  # row r: token r // G, query head kvh * G + r % G
+    real = rows < T * G
+    token = rows // G
+    head = kvh * G + rows % G
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + ((token * (KVH * G) + head) * D)[:, None] + d[None, :], mask=real[:, None], other=0.0)
+    qpos = start + token
+
+    m_i = tl.full([M], float("-inf"), tl.float32)
+    l_i = tl.zeros([M], tl.float32)
+    acc = tl.zeros([M, D], tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        pos = n0 + tl.arange(0, BLOCK_N)
+        valid = pos < hi
+        page = tl.load(page_table_ptr + pos // PS, mask=valid, other=0)
+        slot = page * PS + pos % PS
+        kv_off = ((slot * KVH + kvh) * D)[:, None] + d[None, :]
+        k = tl.load(k_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
+        if D < 16:  # too narrow for the matrix units (tiny test models)
+            s = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), 2)
+        elif FP32:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        s = s * scale
+        see = valid[None, :]
+        if CAUSAL:
+            see = see & (pos[None, :] <= qpos[:, None])
+        s = tl.where(see, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
+        if D < 16:
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :].to(tl.float32), 1)
+        elif FP32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+    part = (split * KVH + kvh) * M + rows
+    tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None])
+    tl.store(part_lse_ptr + part, lse, mask=real)
+
+
+@triton.jit
+def _merge_splits(
+    part_out_ptr, part_lse_ptr, out_ptr,
+    G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, SPLITS: tl.constexpr,
+):
+    kvh = tl.program_id(0)
+    row = tl.program_id(1)
+    splits = tl.arange(0, SPLITS)
+    d = tl.arange(0, D)
+    part = (splits * KVH + kvh) * M + row
+    lse = tl.load(part_lse_ptr + part)
+    live = lse > float("-inf")
+    top = tl.max(lse, 0)
+    w = tl.where(live, tl.exp(lse - top), 0.0)
+    o = tl.load(part_out_ptr + (part * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
+    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    token = row // G
+    head = kvh * G + row % G
+    tl.store(out_ptr + (token * (KVH * G) + head) * D + d, merged.to(out_ptr.dtype.element_ty))
+
+
+def num_splits(num_kv_heads: int) -> int:
+    """Splits per KV head: about two programs per multiprocessor of an H100/H200 at long context."""
+    return max(8, min(128, triton.next_power_of_2(-(-264 // num_kv_heads))))
+
+
+def paged_decode_attention(
+    q: torch.Tensor,  # [T, H, D], the last T positions of the context, T <= 16
+    k_cache: torch.Tensor,  # [slots, KVH, D] one layer of the pool
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,  # [pages] int64, the sequence's pages in order
+    start: torch.Tensor,  # [1] int64: position of q's first token (context = start + T)
+    page_size: int,
+    scale: float,
+    causal: bool = True,
+    splits: int | None = None,
+    block_n: int = BLOCK_N,
+) -> torch.Tensor:
+    """Attention of T <= 16 new queries to the whole context ([T, H, D]); causal within the step
+    (query i sees keys up to start + i) or, with causal=False, every key of the context."""
+    t, h, d = q.shape
+    kvh = k_cache.shape[1]
+    g = h // kvh
+    m = max(16, triton.next_power_of_2(t * g))
+    splits = splits or num_splits(kvh)
+    part_out = torch.empty((splits, kvh, m, d), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((splits, kvh, m), dtype=torch.float32, device=q.device)
+    fp32 = q.dtype == torch.float32
+    _attend_split[(kvh, splits)](
+        q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
+        T=t, G=g, KVH=kvh, D=d, M=m, PS=page_size, SPLITS=splits, BLOCK_N=block_n, CAUSAL=causal, FP32=fp32,
+        num_warps=4 if m * d <= 64 * 128 else 8,
+    )
+    out = torch.empty_like(q)
+    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, M=m, SPLITS=splits, num_warps=4)
+    return out

@@ -1,0 +1,136 @@
+"""Fused elementwise kernels of a decoder layer (Triton, CUDA only).
+
+Each replaces a run of small torch ops with one launch: residual add + RMSNorm, SiLU(gate) * up,
+and q/k RMSNorm + RoPE + the K/V write into the paged cache. They round where the torch path
+of engine/model.py rounds (every op's result to the model dtype), so in float32 they agree
+with it to float32 rounding and in bfloat16 to the odd last-bit difference of a reduction.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, eps, HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    dtype = x.dtype
+    if HAS_RES:
+        r = tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0)
+        x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
+        tl.store(res_ptr + row * n_cols + cols, x, mask=mask)
+    xf = x.to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / n_cols + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
+    y = (w.to(tl.float32) * (xf * rstd).to(dtype).to(tl.float32)).to(dtype)
+    tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(residual + x), residual + x); the sum is written into `residual` in place.
+    With residual None the stream starts at x: (RMSNorm(x), x)."""
+    t, n = x.shape
+    out = torch.empty_like(x)
+    block = triton.next_power_of_2(n)
+    res = x if residual is None else residual
+    _add_rms_norm[(t,)](x, res, weight, out, n, eps, HAS_RES=residual is not None, BLOCK=block,
+                        num_warps=8 if block >= 4096 else 4)
+    return out, res
+
+
+@triton.jit
+def _silu_mul(gu_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    g = tl.load(gu_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0)
+    u = tl.load(gu_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0)
+    gf = g.to(tl.float32)
+    s = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
+    tl.store(out_ptr + row * n_cols + cols, (s.to(tl.float32) * u.to(tl.float32)).to(g.dtype), mask=mask)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """SiLU(gate) * up for gate_up [T, 2I] (gate first): [T, I]."""
+    t, n2 = gate_up.shape
+    n = n2 // 2
+    out = torch.empty((t, n), dtype=gate_up.dtype, device=gate_up.device)
+    block = 1024
+    _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4)
+    return out
+
+
+@triton.jit
+def _qk_rope_store(
+    qkv_ptr, pos_ptr, inv_freq_ptr, qw_ptr, kw_ptr, q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr,
+    qkv_stride, eps,
+    H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, QK_NORM: tl.constexpr,
+):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    half = tl.arange(0, D // 2)
+    # q heads, then k heads: head h of either starts at h * D in the fused qkv row
+    base = qkv_ptr + t * qkv_stride + h * D
+    x1 = tl.load(base + half)
+    dtype = x1.dtype
+    x1 = x1.to(tl.float32)
+    x2 = tl.load(base + D // 2 + half).to(tl.float32)
+    if QK_NORM:
+        rstd = tl.rsqrt((tl.sum(x1 * x1, 0) + tl.sum(x2 * x2, 0)) / D + eps)
+        is_q = h < H
+        w1 = tl.where(is_q, tl.load(qw_ptr + half), tl.load(kw_ptr + half)).to(tl.float32)
+        w2 = tl.where(is_q, tl.load(qw_ptr + D // 2 + half), tl.load(kw_ptr + D // 2 + half)).to(tl.float32)
+        x1 = (w1 * (x1 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        x2 = (w2 * (x2 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+    pos = tl.load(pos_ptr + t)
+    angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + half)
+    c = tl.cos(angle).to(dtype).to(tl.float32)
+    s = tl.sin(angle).to(dtype).to(tl.float32)
+    # rotate-half RoPE with the torch path's roundings: x * cos + rotate(x) * sin
+    o1 = ((x1 * c).to(dtype).to(tl.float32) + (-x2 * s).to(dtype).to(tl.float32)).to(dtype)
+    o2 = ((x2 * c).to(dtype).to(tl.float32) + (x1 * s).to(dtype).to(tl.float32)).to(dtype)
+    if h < H:
+        out = q_ptr + (t * H + h) * D
+        tl.store(out + half, o1)
+        tl.store(out + D // 2 + half, o2)
+    else:
+        j = h - H
+        slot = tl.load(page_table_ptr + pos // PS) * PS + pos % PS
+        k_out = k_cache_ptr + (slot * KVH + j) * D
+        tl.store(k_out + half, o1)
+        tl.store(k_out + D // 2 + half, o2)
+        full = tl.arange(0, D)
+        v = tl.load(qkv_ptr + t * qkv_stride + (H + KVH + j) * D + full)
+        tl.store(v_cache_ptr + (slot * KVH + j) * D + full, v)
+
+
+def qk_rope_store(
+    qkv: torch.Tensor,  # [T, (H + 2 KVH) * D]
+    positions: torch.Tensor,  # [T] int64
+    inv_freq: torch.Tensor,  # [D / 2] float32
+    q_norm: torch.Tensor | None,  # [D] or None (no q/k RMSNorm)
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,  # [slots, KVH, D] one layer of the pool
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,  # [pages] int64
+    page_size: int,
+    num_heads: int,
+) -> torch.Tensor:
+    """RoPE'd (and q-normed) queries [T, H, D]; the step's keys and values go into the cache."""
+    t = qkv.shape[0]
+    kvh, d = k_cache.shape[1], k_cache.shape[2]
+    q = torch.empty((t, num_heads, d), dtype=qkv.dtype, device=qkv.device)
+    norm = q_norm is not None
+    _qk_rope_store[(t, num_heads + kvh)](
+        qkv, positions, inv_freq, q_norm if norm else qkv, k_norm if norm else qkv, q, k_cache, v_cache,
+        page_table, qkv.stride(0), eps, H=num_heads, KVH=kvh, D=d, PS=page_size, QK_NORM=norm, num_warps=1,
+    )
+    return q

@@ -1,0 +1,136 @@
+"""CUDA graph steps against eager steps and the CPU reference (CUDA only).
+
+float32 greedy: the graph path, the eager CUDA path and the CPU reference path produce the same
+tokens, plain and speculative, for every k. bfloat16: graph and eager run the same kernels, but
+the matmul library may pick other kernels inside a capture, so the tests allow them to part only
+where the two best logits are nearly tied; nothing else is allowed to differ.
+"""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from engine import DraftProposer, NgramProposer, SamplingParams, generate
+from engine.runner import Model
+from tests.conftest import tiny_model
+
+pytestmark = pytest.mark.gpu
+
+PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2, 7, 5, 9]
+
+
+def on_cuda(model: Model, eager: bool, dtype=torch.float32) -> Model:
+    decoder = copy.deepcopy(model.decoder).to("cuda", dtype)
+    return Model(decoder, model.config, name=model.name, max_context=model.max_context, eager=eager)
+
+
+@pytest.fixture(scope="module")
+def trio():
+    cpu = tiny_model("qwen3", seed=3)
+    return cpu, on_cuda(cpu, eager=False), on_cuda(cpu, eager=True)
+
+
+def test_graph_step_equals_eager_step(trio):
+    _, graphed, eager = trio
+    assert graphed.graphs is not None and eager.graphs is None
+    greedy = SamplingParams()
+    a, b = graphed.new_sequence(), eager.new_sequence()
+    graphed.step(a, PROMPT, greedy)
+    eager.step(b, PROMPT, greedy)
+    for t in (1, 2, 7, 16):
+        ids = list(range(3, 3 + t))
+        x, y = graphed.step(a, ids, greedy), eager.step(b, ids, greedy)
+        torch.testing.assert_close(x.logits, y.logits, rtol=1e-5, atol=1e-5)
+        assert torch.equal(x.tokens, y.tokens)
+
+
+@pytest.mark.parametrize("k", range(1, 16))
+def test_float32_greedy_is_the_same_on_every_path(trio, k):
+    cpu, graphed, eager = trio
+    greedy = SamplingParams(max_tokens=40)
+    plain = generate(cpu, PROMPT, greedy).tokens
+    for model in (graphed, eager):
+        assert generate(model, PROMPT, greedy).tokens == plain
+        assert generate(model, PROMPT, greedy, speculative=NgramProposer(k=k)).tokens == plain
+    draft_cpu = tiny_model("qwen3", seed=4)
+    for eager_draft in (False, True):
+        draft = on_cuda(draft_cpu, eager=eager_draft)
+        assert generate(graphed, PROMPT, greedy, speculative=DraftProposer(draft, k=k)).tokens == plain
+
+
+def test_sampled_steps_draw_the_same_tokens_as_eager(trio):
+    cpu, graphed, eager = trio
+    for sampling in (SamplingParams(temperature=0.8, seed=11, max_tokens=30),
+                     SamplingParams(temperature=1.2, top_k=20, top_p=0.9, seed=5, max_tokens=30)):
+        reference = generate(cpu, PROMPT, sampling).tokens
+        assert generate(graphed, PROMPT, sampling).tokens == reference
+        assert generate(eager, PROMPT, sampling).tokens == reference
+        draft = on_cuda(tiny_model("qwen3", seed=4), eager=False)
+        spec = DraftProposer(draft, k=4, sample=True)
+        assert generate(graphed, PROMPT, sampling, speculative=spec).tokens == \
+            generate(cpu, PROMPT, sampling, speculative=DraftProposer(tiny_model("qwen3", seed=4), 4, True)).tokens
+
+
+def test_bfloat16_graph_and_eager_part_only_at_near_ties():
+    cpu = tiny_model("qwen3", seed=6)
+    graphed, eager = on_cuda(cpu, False, torch.bfloat16), on_cuda(cpu, True, torch.bfloat16)
+    greedy = SamplingParams()
+    a, b = graphed.new_sequence(), eager.new_sequence()
+    x, y = graphed.step(a, PROMPT, greedy), eager.step(b, PROMPT, greedy)
+    token = int(y.tokens[-1])
+    for _ in range(60):
+        x, y = graphed.step(a, [token], greedy), eager.step(b, [token], greedy)
+        if not torch.equal(x.tokens, y.tokens):
+            top2 = y.logits[-1].topk(2).values
+            assert (top2[0] - top2[1]).abs() < 0.05 * top2[0].abs(), "graph and eager differ away from a tie"
+            break
+        token = int(y.tokens[-1])
+
+
+def memcpys(prof, path) -> list[tuple[str, int]]:
+    """(direction, bytes) of every memory copy the profiler saw on the device."""
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    return [(e["name"], e.get("args", {}).get("bytes", -1)) for e in events
+            if e.get("cat") == "gpu_memcpy"]
+
+
+def test_a_verify_step_reads_back_only_the_sampled_ids(trio, tmp_path):
+    _, graphed, _ = trio
+    greedy = SamplingParams()
+    seq = graphed.new_sequence()
+    graphed.step(seq, PROMPT, greedy)
+    for k in (0, 3, 15):
+        ids = list(range(1, k + 2))
+        graphed.step(seq, ids, greedy)  # captured before profiling
+        seq.truncate(seq.length - len(ids))
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            tokens = graphed.step(seq, ids, greedy).tokens.tolist()
+            torch.cuda.synchronize()
+        assert len(tokens) == k + 1
+        copies = memcpys(prof, tmp_path / f"verify{k}.json")
+        back = [c for c in copies if "DtoH" in c[0]]
+        assert back == [(back[0][0], 8 * (k + 1))], copies
+        assert len([c for c in copies if "HtoD" in c[0]]) == 1, copies  # the packed inputs
+
+
+def test_a_draft_chain_syncs_once_per_proposal(tmp_path):
+    target = on_cuda(tiny_model("qwen3", seed=3), eager=False)
+    draft = on_cuda(tiny_model("qwen3", seed=4), eager=False)
+    proposer = DraftProposer(draft, k=6)
+    proposer.attach(target, SamplingParams())
+    context = PROMPT + [1]
+    proposer.propose(context, 6)  # prefill and capture
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        proposal = proposer.propose(context + proposal_tail(proposer, context), 6)
+        torch.cuda.synchronize()
+    back = [c for c in memcpys(prof, tmp_path / "chain.json") if "DtoH" in c[0]]
+    assert len(proposal.drafts) == 6
+    assert len(back) == 1 and back[0][1] == 8 * 6, back
+
+
+def proposal_tail(proposer, context) -> list[int]:
+    """Two tokens as if the target had accepted the first two drafts."""
+    return proposer.seen[len(context) : len(context) + 2]

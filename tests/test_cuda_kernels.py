@@ -1,0 +1,147 @@
+"""The Triton kernels against the torch reference path (CUDA only).
+
+Every check draws fresh random inputs, scatters the context over shuffled pages, and poisons
+outputs first, so an unwritten element or a wrong page lookup cannot pass.
+"""
+
+import pytest
+import torch
+
+from engine.attention import prefill_attention, reference_attention
+from engine.model import RMSNorm, rope
+
+pytestmark = pytest.mark.gpu
+
+PAGE = 16
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+@pytest.fixture
+def device():
+    return "cuda"
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all()
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def paged_cache(length: int, kvh: int, d: int, dtype, device, spare: int = 3):
+    """K/V of `length` positions scattered over shuffled pages: (k_cache, v_cache, pages, slots)."""
+    pages_needed = -(-length // PAGE)
+    num_pages = pages_needed + spare
+    pages = torch.randperm(num_pages)[:pages_needed]
+    k_cache = torch.randn(num_pages * PAGE, kvh, d, dtype=dtype, device=device)
+    v_cache = torch.randn(num_pages * PAGE, kvh, d, dtype=dtype, device=device)
+    pos = torch.arange(length)
+    slots = pages[pos // PAGE] * PAGE + pos % PAGE
+    return k_cache, v_cache, pages.to(device), slots.to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t,length,causal", [(1, 1, True), (1, 300, True), (2, 37, False), (5, 1500, True),
+                                             (16, 16, True), (16, 1100, True), (16, 1100, False)])
+@pytest.mark.parametrize("heads", [(32, 8, 128), (12, 2, 128), (14, 2, 64)])
+def test_paged_decode_attention_matches_reference(dtype, t, length, causal, heads, device):
+    from engine.triton_attention import paged_decode_attention
+
+    h, kvh, d = heads
+    k_cache, v_cache, pages, slots = paged_cache(length, kvh, d, dtype, device)
+    q = torch.randn(t, h, d, dtype=dtype, device=device)
+    start = torch.tensor([length - t], device=device)
+    out = paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, d**-0.5, causal)
+    ref = reference_attention(q.double(), k_cache[slots].double(), v_cache[slots].double(), causal, d**-0.5)
+    assert rel_err(out, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("splits", [8, 64])
+def test_split_count_does_not_change_the_result(splits, device):
+    from engine.triton_attention import paged_decode_attention
+
+    k_cache, v_cache, pages, slots = paged_cache(2000, 8, 128, torch.float32, device)
+    q = torch.randn(4, 32, 128, device=device)
+    start = torch.tensor([1996], device=device)
+    out = paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, 0.1, True, splits=splits)
+    ref = reference_attention(q.double(), k_cache[slots].double(), v_cache[slots].double(), True, 0.1)
+    assert rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("t,length", [(40, 40), (40, 300)])
+def test_prefill_attention_matches_reference(t, length, device):
+    keys = torch.randn(length, 2, 64, device=device)
+    values = torch.randn(length, 2, 64, device=device)
+    q = torch.randn(t, 8, 64, device=device)
+    out = prefill_attention(q, keys, values, True, 0.125)
+    ref = reference_attention(q.double(), keys.double(), values.double(), True, 0.125)
+    assert rel_err(out, ref) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_residual", [True, False])
+def test_add_rms_norm_matches_the_module(dtype, with_residual, device):
+    from engine.triton_ops import add_rms_norm
+
+    norm = RMSNorm(2560, 1e-6).to(device, dtype)
+    torch.nn.init.normal_(norm.weight, 1.0, 0.1)
+    x = torch.randn(5, 2560, device=device, dtype=dtype)
+    residual = torch.randn(5, 2560, device=device, dtype=dtype) if with_residual else None
+    stream = x + residual if with_residual else x
+    out, new_residual = add_rms_norm(x, None if residual is None else residual.clone(), norm.weight, norm.eps)
+    assert torch.equal(new_residual, stream)
+    assert rel_err(out, norm(stream)) < TOL[dtype] / 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_matches_torch(dtype, device):
+    from engine.triton_ops import silu_mul
+
+    gate_up = torch.randn(3, 2 * 3000, device=device, dtype=dtype)
+    gate, up = gate_up.chunk(2, dim=-1)
+    ref = torch.nn.functional.silu(gate) * up
+    assert rel_err(silu_mul(gate_up), ref) < TOL[dtype] / 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_qk_rope_store_matches_the_torch_layer(dtype, qk_norm, device):
+    from engine.triton_ops import qk_rope_store
+
+    t, h, kvh, d, theta = 7, 8, 2, 64, 1e6
+    k_cache, v_cache, pages, _ = paged_cache(200, kvh, d, dtype, device)
+    k_cache.fill_(float("nan"))
+    v_cache.fill_(float("nan"))
+    qkv = torch.randn(t, (h + 2 * kvh) * d, device=device, dtype=dtype)
+    positions = torch.arange(190, 190 + t, device=device)
+    q_norm = torch.randn(d, device=device, dtype=dtype) * 0.1 + 1 if qk_norm else None
+    k_norm = torch.randn(d, device=device, dtype=dtype) * 0.1 + 1 if qk_norm else None
+    dims = torch.arange(0, d, 2, dtype=torch.float, device=device)
+    inv_freq = 1.0 / theta ** (dims / d)
+    q = qk_rope_store(qkv, positions, inv_freq, q_norm, k_norm, 1e-6, k_cache, v_cache, pages, PAGE, h)
+
+    rq, rk, rv = qkv.split([h * d, kvh * d, kvh * d], dim=-1)
+    rq, rk, rv = rq.view(t, h, d), rk.view(t, kvh, d), rv.view(t, kvh, d)
+    if qk_norm:
+        qn, kn = RMSNorm(d, 1e-6).to(device, dtype), RMSNorm(d, 1e-6).to(device, dtype)
+        qn.weight.data.copy_(q_norm)
+        kn.weight.data.copy_(k_norm)
+        rq, rk = qn(rq), kn(rk)
+    angles = positions.float()[:, None] * inv_freq[None, :]
+    angles = torch.cat((angles, angles), dim=-1)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+    slots = pages[positions // PAGE] * PAGE + positions % PAGE
+    tol = TOL[dtype] / 4
+    assert rel_err(q, rope(rq, cos, sin)) < tol
+    assert rel_err(k_cache[slots], rope(rk, cos, sin)) < tol
+    assert torch.equal(v_cache[slots], rv)
+
+
+def test_narrow_heads_of_tiny_models(device):
+    from engine.triton_attention import paged_decode_attention
+
+    k_cache, v_cache, pages, slots = paged_cache(50, 2, 8, torch.float32, device)
+    q = torch.randn(3, 4, 8, device=device)
+    start = torch.tensor([47], device=device)
+    out = paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, 8**-0.5, True)
+    ref = reference_attention(q.double(), k_cache[slots].double(), v_cache[slots].double(), True, 8**-0.5)
+    assert rel_err(out, ref) < 1e-5
