@@ -36,10 +36,12 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     max_context: int = 4096,
     progress=None,
+    eager: bool = False,
 ) -> Model:
     """Load a model by pack name (`smollm2-135m`), local HF directory, GGUF file or hub id.
 
-    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU."""
+    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
+    runs CUDA steps op by op instead of replaying CUDA graphs."""
     from engine import packs
 
     device = device or default_device()
@@ -65,7 +67,7 @@ def load_model(
         decoder.lm_head.weight = decoder.embed_tokens.weight
     decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
     decoder.eval()
-    return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context)
+    return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context, eager=eager)
 
 
 def model_name(name_or_path: str) -> str:

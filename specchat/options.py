@@ -27,7 +27,7 @@ def load_target(args, progress=progress_line):
     if args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
-                      progress=progress)
+                      progress=progress, eager=getattr(args, "eager", False))
 
 
 def proposer_from(args, target, progress=progress_line):
@@ -40,7 +40,7 @@ def proposer_from(args, target, progress=progress_line):
     k = check_k(args.k if args.k is not None else 4)
     if args.draft:
         draft = load_model(args.draft, device=str(target.device), dtype=target.dtype,
-                           max_context=target.max_context, progress=progress)
+                           max_context=target.max_context, progress=progress, eager=target.eager)
         return DraftProposer(draft, k=k, sample=args.sample_drafts)
     if getattr(args, "dflash", None):
         from engine.proposers.dflash import DFlashProposer, load_drafter
