@@ -3,8 +3,10 @@ and the tokenizer (through transformers' own GGUF reader)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -157,19 +159,29 @@ def dequantised(tensor) -> np.ndarray:
 def iter_tensors(
     reader, config: ModelConfig, progress: Progress = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, float32 tensor) for every tensor of the file, one at a time (a caller may cast each
-    before the next is made, so a large model never exists whole in float32)."""
+    """(HF name, float32 tensor) for every tensor of the file, in order, a few at a time (a caller
+    may cast each before more are made, so a large model never exists whole in float32)."""
     permuted = config.model_type in PERMUTED_QK
-    total = len(reader.tensors)
-    for i, tensor in enumerate(reader.tensors):
-        name = hf_name(tensor.name)
-        values = dequantised(tensor)
-        if permuted and ".q_proj." in name:
-            values = unpermute(values, config.num_heads)
-        elif permuted and ".k_proj." in name:
-            values = unpermute(values, config.num_kv_heads)
-        if progress and (i + 1) * 10 // total != i * 10 // total:  # every tenth of the file
-            progress(f"dequantising tensors: {i + 1}/{total}")
-        if not values.flags.writeable:  # float32 tensors come straight from the read-only file map
-            values = values.copy()
-        yield name, torch.from_numpy(np.ascontiguousarray(values))
+    tensors = list(reader.tensors)
+    # numpy releases the GIL inside the dequantisers, so threads share the work across cores
+    threads = min(16, os.cpu_count() or 1)
+    done = 0
+    with ThreadPoolExecutor(threads) as workers:
+        for start in range(0, len(tensors), 2 * threads):
+            batch = tensors[start : start + 2 * threads]
+            for tensor, values in zip(batch, workers.map(dequantised, batch)):
+                yield prepared(tensor, values, config, permuted)
+                done += 1
+                if progress and done * 10 // len(tensors) != (done - 1) * 10 // len(tensors):
+                    progress(f"dequantising tensors: {done}/{len(tensors)}")
+
+
+def prepared(tensor, values: np.ndarray, config: ModelConfig, permuted: bool) -> tuple[str, torch.Tensor]:
+    name = hf_name(tensor.name)
+    if permuted and ".q_proj." in name:
+        values = unpermute(values, config.num_heads)
+    elif permuted and ".k_proj." in name:
+        values = unpermute(values, config.num_kv_heads)
+    if not values.flags.writeable:  # float32 tensors come straight from the read-only file map
+        values = values.copy()
+    return name, torch.from_numpy(np.ascontiguousarray(values))
