@@ -61,20 +61,8 @@ class DFlashConfig:
             raise EngineError(
                 "drafter config.json has sliding-window layers: only full attention is supported"
             )
-        heads = cfg["num_attention_heads"]
-        shape = ModelConfig(
-            model_type="qwen3",
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_layers=cfg["num_hidden_layers"],
-            num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=(cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)),
-            qk_norm=True,
-        )
+        # the drafter's layers are Qwen3's (q/k RMSNorm, no bias), whatever model_type says
+        shape = ModelConfig.from_hf({**cfg, "model_type": "qwen3"})
         ids = dflash.get("target_layer_ids")
         if ids is None:
             ids = default_target_layer_ids(cfg["num_target_layers"], shape.num_layers)

@@ -86,7 +86,7 @@ def hub_snapshot(repo_id: str) -> Path:
     patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
-    except Exception as err:  # offline, unknown repo, gated, network: one line for each
+    except Exception as err:  # noqa: BLE001 - offline, unknown repo, gated, network: one line each
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
         why = "offline (HF_HUB_OFFLINE) and not in the local cache" if offline else type(err).__name__
         raise EngineError(f"cannot get {repo_id!r} from the hub: {why}") from None
@@ -104,12 +104,18 @@ def read_weights(path: Path, progress=None) -> tuple[ModelConfig, dict[str, torc
 
 
 def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
-    from safetensors.torch import load_file
-
     cfg_file = path / "config.json"
     if not cfg_file.exists():
         raise EngineError(f"{path} has no config.json: not a Hugging Face model directory")
     config = ModelConfig.from_json(cfg_file)
+    return config, read_safetensors(path), load_tokenizer(path)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a directory's safetensors files (sharded through an index, or not)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     index = path / "model.safetensors.index.json"
     if index.exists():
         files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -121,9 +127,9 @@ def read_hf_dir(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], objec
     for name in files:
         try:
             tensors.update(load_file(str(path / name)))
-        except Exception as err:
+        except (OSError, SafetensorError) as err:
             raise EngineError(f"cannot read {path / name}: {err}") from None
-    return config, tensors, load_tokenizer(path)
+    return tensors
 
 
 def load_tokenizer(path: Path, **kw):
@@ -131,5 +137,5 @@ def load_tokenizer(path: Path, **kw):
 
     try:
         return AutoTokenizer.from_pretrained(str(path), **kw)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a model without a usable tokenizer still runs on ids
         return None

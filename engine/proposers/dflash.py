@@ -17,6 +17,7 @@ import torch
 
 from engine.dflash_model import DFlashConfig, DFlashDrafter, default_target_layer_ids, zlab_weight_shapes
 from engine.errors import EngineError
+from engine.loader import read_safetensors
 from engine.proposers.base import Proposal, Proposer
 
 
@@ -129,26 +130,6 @@ def check_fits(cfg: DFlashConfig, target) -> None:
         raise EngineError(f"drafter mask_token_id {cfg.mask_token_id} is outside the vocabulary")
     if not 2 <= cfg.block_size <= 16:
         raise EngineError(f"drafter block_size {cfg.block_size}: specchat verifies blocks of 2 to 16 tokens")
-
-
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    index = path / "model.safetensors.index.json"
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = sorted(p.name for p in path.glob("*.safetensors"))
-    if not files:
-        raise EngineError(f"{path} holds no .safetensors weights")
-    tensors: dict[str, torch.Tensor] = {}
-    for name in files:
-        try:
-            tensors.update(load_file(str(path / name)))
-        except (OSError, SafetensorError) as err:
-            raise EngineError(f"cannot read {path / name}: {err}") from None
-    return tensors
 
 
 def write_random_drafter(
