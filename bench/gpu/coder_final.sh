@@ -1,12 +1,34 @@
 #!/usr/bin/env bash
-# On the GPU, after stage_coder.sh's chunks are in /root/stage and joined there (gpu-stage prints
-# the join command; run it first in the same call): the step bench on the real 1.5B weights, then
-# plain vs speculative vs transformers' generate on the edit prompt (the results table's bench).
+# On the GPU machine, after the chunks that `gpu-stage` made of the two Qwen2.5-Coder GGUFs (and
+# the gguf / platformdirs wheels) sit in /root/stage. `setup` joins them, puts them where the
+# packs live, converts them once (as `specchat pull` does), then runs the step bench on the real
+# 1.5B weights. `table PROMPT` runs the results-table bench on one prompt (ratios stay within
+# one run; `specchat bench --from-json` merges the prompts' JSON files afterwards).
+set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-bench/out}
-python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl && export PYTHONPATH=/tmp/site:.
-m=/root/stage/qwen2.5-coder-1.5b.gguf
-d=/root/stage/qwen2.5-coder-0.5b.gguf
-timeout 200 python3 -m specchat bench steps --model $m --contexts 1024 --no-eager --json "$OUT/steps-coder-1.5b.json"
-timeout 300 python3 -m specchat bench --model $m --draft $d --prompts edit --greedy-only --max-new-tokens 128 \
-  --out "$OUT/coder-bench" 2>&1 | tail -30
+mkdir -p "$OUT"
+export SPECCHAT_CACHE=/root/stage/cache
+python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:.
+case "$1" in
+setup)
+  for name in qwen2.5-coder-1.5b qwen2.5-coder-0.5b; do
+    file=$name-instruct-q4_k_m.gguf
+    mkdir -p "$SPECCHAT_CACHE/$name"
+    if ls /root/stage/$file.part* >/dev/null 2>&1; then
+      cat /root/stage/$file.part* > "$SPECCHAT_CACHE/$name/$file" && rm /root/stage/$file.part*
+    fi
+    sha256sum "$SPECCHAT_CACHE/$name/$file"
+    SECONDS=0
+    python3 -m specchat pull $name 2>&1 | tail -1
+    echo "$name converted in $SECONDS s"
+  done
+  timeout 240 python3 -m specchat bench steps --model qwen2.5-coder-1.5b --contexts 1024 8192 \
+    --json "$OUT/steps-coder-1.5b.json" 2>&1 | tail -25
+  ;;
+table)
+  timeout 500 python3 -m specchat bench --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b \
+    --dflash random --prompts "$2" --k 1 2 4 7 15 --repeats 2 --warmup 1 --out "$OUT/$2" 2>&1 | tail -45
+  ;;
+esac
