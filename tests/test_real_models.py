@@ -41,7 +41,7 @@ def test_smollm2_sampled_ngram_equals_plain_sampled(smollm2):
 
 @pytest.mark.slow
 def test_coder_rename_prompt_ngram_takes_several_tokens_per_step_and_equals_plain():
-    target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype="float32", max_context=2048)
+    target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype="float32", max_context=4096)
     source = textwrap.dedent(inspect.getsource(textwrap.TextWrapper))
     ids = chat(target, "Rename TextWrapper to LineWrapper throughout this code:\n\n```python\n" + source + "```")
     sampling = SamplingParams(max_tokens=64)
@@ -49,5 +49,5 @@ def test_coder_rename_prompt_ngram_takes_several_tokens_per_step_and_equals_plai
     spec = generate(target, ids, sampling, target.stop_ids(), NgramProposer(k=7))
     assert spec.tokens == plain.tokens
     assert spec.metrics.mean_acceptance_length > 1.0
-    draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype="float32", max_context=2048)
+    draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype="float32", max_context=4096)
     assert generate(target, ids, sampling, target.stop_ids(), DraftProposer(draft, k=4)).tokens == plain.tokens
