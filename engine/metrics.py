@@ -68,6 +68,9 @@ class Metrics:
         )
         if self.drafted:
             line += f", acceptance {100 * self.draft_acceptance_rate:.0f}% of {self.drafted} drafts"
+        if self.steps:
+            ms = 1000 / self.steps
+            line += f", propose {ms * self.propose_s:.2f} ms + verify {ms * self.verify_s:.2f} ms per step"
         return line
 
     def as_dict(self) -> dict:

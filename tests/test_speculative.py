@@ -204,3 +204,11 @@ def test_ngram_index_grows_with_the_context():
     context += [5]
     ngram.observe(context)
     assert ngram.propose(context, 2).drafts == [6, 7]
+
+
+def test_the_summary_line_reports_steps_acceptance_and_step_times(target, draft):
+    result = generate(target, PLAIN_PROMPT, GREEDY, speculative=DraftProposer(draft, k=4))
+    line = result.metrics.summary()
+    m = result.metrics
+    assert f"{m.steps} steps" in line and f"{m.mean_acceptance_length:.2f} tokens/step" in line
+    assert f"of {m.drafted} drafts" in line and "ms per step" in line
