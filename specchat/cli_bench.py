@@ -201,9 +201,9 @@ def torch_threads(n: int | None):
 
 
 def run_jobs(jobs, args) -> list[dict]:
-    from engine.bench.speculative import execute
+    from engine.bench.speculative import execute, planned_runs
 
-    bar = ProgressBar(len(jobs) * (args.warmup + args.repeats))
+    bar = ProgressBar(planned_runs(jobs, args.warmup, args.repeats))
     try:
         return execute(jobs, args.warmup, args.repeats, bar.tick)
     finally:

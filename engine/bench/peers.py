@@ -5,8 +5,9 @@ up to 3-grams as ours does); draft = `assistant_model` with exactly k drafts per
 schedule, no confidence stop); draft-heuristic = the assistant with transformers' default
 schedule, starting at k (+2 after a fully accepted step, -1 otherwise, and its confidence stop).
 
-Decode time is the generate call's wall time less a prefill measured the same way (a one-token
-generate), so it is comparable with our decode time, which also leaves the prefill out.
+Decode time is the generate call's wall time less the prefill, measured the same way (a one-token
+generate of the target, and of the assistant for its rows: it reads the prompt in the first step),
+so it is comparable with our decode time, which also leaves both prefills out.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class TransformersPeer:
         else:
             self.model = load_hf_model(target, device, dtype)
             self.assistant = load_hf_model(draft, device, dtype) if draft else None
-        self.prefills: dict[tuple[str, str], float] = {}
+        self.prefills: dict[tuple[str, str, str], float] = {}
 
     def jobs(self, cases: list[Case], ks: list[int]) -> list[Job]:
         out = []
@@ -119,28 +120,31 @@ class TransformersPeer:
             kw["assistant_model"] = self.assistant
         return kw
 
-    def generate(self, case: Case, kw: dict) -> tuple[list[int], float]:
+    def generate(self, case: Case, kw: dict, model=None) -> tuple[list[int], float]:
         ids = torch.tensor([case.ids], device=self.device)
         if not case.sampling.greedy:
             torch.manual_seed(case.sampling.seed)  # the same draws in every repeat
         self.sync()
         start = time.perf_counter()
         with torch.inference_mode():
-            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+            out = (model or self.model).generate(ids, attention_mask=torch.ones_like(ids), **kw)
         self.sync()
         return out[0, ids.shape[1] :].tolist(), time.perf_counter() - start
 
     def timed(self, case: Case, method: str, k: int) -> Run:
-        prefill_s = self.prefill_s(case)
+        prefill_s = self.prefill_s(case, "target")
+        draft_prefill_s = self.prefill_s(case, "assistant") if method.startswith("draft") else 0.0
         tokens, total_s = self.generate(case, self.options(case, method, k))
-        return Run(tokens, max(total_s - prefill_s, 1e-9), prefill_s)
+        return Run(tokens, total_s - prefill_s - draft_prefill_s, prefill_s, None, draft_prefill_s)
 
-    def prefill_s(self, case: Case) -> float:
-        """Median time of a one-token generate: the prompt's forward pass and one sample."""
-        key = (case.prompt.name, case.sampling_name)
+    def prefill_s(self, case: Case, which: str) -> float:
+        """Median time of a one-token generate of the target or the assistant: the prompt's
+        forward pass and one sample."""
+        key = (which, case.prompt.name, case.sampling_name)
         if key not in self.prefills:
+            model = self.model if which == "target" else self.assistant
             kw = {**self.options(case, "plain", 0), "max_new_tokens": 1}
-            times = [self.generate(case, kw)[1] for _ in range(self.repeats + 1)][1:]
+            times = [self.generate(case, kw, model)[1] for _ in range(self.repeats + 1)][1:]
             self.prefills[key] = statistics.median(times)
         return self.prefills[key]
 

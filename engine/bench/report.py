@@ -268,7 +268,14 @@ def markdown(results: dict) -> str:
         heading = (
             f"### {prompt['title']}, {sampling} ({sampling_words(sampled)}; prompt {prompt['tokens']} tokens)"
         )
-        out += ["", heading, "", detail_table(results, prompt, sampling)]
+        out += [
+            "",
+            heading,
+            "",
+            prefill_line(results, prompt["name"], sampling),
+            "",
+            detail_table(results, prompt, sampling),
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -314,6 +321,31 @@ def compare_table(rows: list[dict], prompt_tokens: int) -> str:
         ]
         lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def prefill_line(results: dict, prompt: str, sampling: str) -> str:
+    """The prompt's reading times, which decode speed leaves out: the target's (plain rows) and
+    the draft model's (slowest draft row), per engine."""
+    parts = []
+    for engine in (SPECCHAT, TRANSFORMERS):
+        here = [
+            r
+            for r in results["rows"]
+            if (r["engine"], r["prompt"], r["sampling"]) == (engine, prompt, sampling)
+        ]
+        plain = next((r for r in here if r["method"] == "plain"), None)
+        if plain is None:
+            continue
+        text = f"{engine}: prefill {plain['prefill_ms']:.0f} ms"
+        drafts = [
+            r["draft_prefill_ms"]
+            for r in here
+            if r["method"].startswith("draft") and r.get("draft_prefill_ms")
+        ]
+        if drafts:
+            text += f", draft model's {max(drafts):.0f} ms"
+        parts.append(text)
+    return "Off the decode clock: " + "; ".join(parts) + "."
 
 
 def hardware(env: dict) -> str:
