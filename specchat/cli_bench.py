@@ -257,12 +257,13 @@ def measure(args, argv: list[str] | None) -> dict:
     for case in cases:  # ours and theirs side by side, so drift during the run hits both
         jobs += our_jobs(target, [case], method_list)
         jobs += peer.jobs([case], args.k) if peer else []
+    command = "specchat " + shlex.join(sys.argv[1:] if argv is None else argv)
+    environment = report.environment(target.device, target.dtype, command)  # dated at the start
     rows = run_jobs(jobs, args)
     add_texts(rows, target.tokenizer)
-    command = "specchat " + shlex.join(sys.argv[1:] if argv is None else argv)
     return {
         "schema": report.SCHEMA,
-        "environment": report.environment(target.device, target.dtype, command),
+        "environment": environment,
         "settings": {
             "model": args.model,
             "draft": args.draft,
