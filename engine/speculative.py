@@ -82,8 +82,8 @@ class Generation:
 
     def __iter__(self) -> Iterator[Step]:
         model = self.model
-        model.check_room(model.new_sequence(), len(self.ids) + 1)
         seq = model.new_sequence()
+        model.check_room(seq, len(self.ids) + 1)  # before a proposer is attached: nothing to undo
         try:
             self._switch(self.speculative)
             yield from self._run(seq)
