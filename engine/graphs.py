@@ -9,6 +9,9 @@ The graph of a T-token step reads ids[:T], derives positions and the context len
 logits, captured states) stay on the device until the caller reads the tokens. Graphs are
 captured on first use, per (length, sampling settings, noise stream), into one memory pool.
 Sampling settings are baked into a graph: a few settings' graphs are kept, the oldest dropped.
+Sharing the pool means a graph's outputs may sit where a graph captured before it keeps its
+intermediates, so any replay (a chain's too) may overwrite the outputs of the step before it:
+callers copy out what they still need before the model's next step or chain.
 
 The chain graph is one draft step that takes its input token from the previous replay's
 sample (chain_ids[counter]) and advances start and counter itself, so k - 1 draft steps are

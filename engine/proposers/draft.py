@@ -63,9 +63,11 @@ class DraftProposer(Proposer):
         keep = min(common_prefix(self.seen, context), len(context) - 1)
         self.seq.truncate(keep)
         out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, stream=DRAFT)
-        tokens, logits = [out.tokens[-1:]], [out.logits[-1:]]
+        # Copied out before the chain runs: on CUDA the step's outputs are a graph's buffers, and
+        # the chain graph, captured into the same memory pool, may overwrite them as it replays.
+        tokens, logits = [out.tokens[-1:].clone()], [out.logits[-1:].clone()]
         if k > 1:
-            rest = self.model.chain(self.seq, out.tokens[-1:], k - 1, self.sampling, DRAFT)
+            rest = self.model.chain(self.seq, tokens[0], k - 1, self.sampling, DRAFT)
             tokens.append(rest.tokens)
             logits.append(rest.logits)
         on_device = torch.cat(tokens)
