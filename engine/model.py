@@ -7,11 +7,14 @@ Weights are fused where a step would otherwise launch several matmuls on the sam
 Two paths compute the same function. `forward` is the torch reference (any device, equal to
 transformers in float32). With ctx.backend "triton" (CUDA) the layers run `fused_forward`: the
 residual add rides in the next RMSNorm's kernel, q/k norm + RoPE + the K/V write are one
-kernel, SiLU * up another, and attention reads the paged cache in place; the linear layers are
-the same modules in both, so faster matmul kernels can replace them without touching the rest.
+kernel, SiLU * up another, attention reads the paged cache in place, and the linear layers of
+steps up to 16 tokens run batch-1 kernels of engine/triton_gemv.py on the same weights.
 """
 
 from __future__ import annotations
+
+import functools
+import importlib.util
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +42,18 @@ class RMSNorm(nn.Module):
         from engine.triton_ops import add_rms_norm
 
         return add_rms_norm(x, residual, self.weight, self.eps)
+
+
+def fast_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The module's product through the step kernels (CUDA: 1..16 rows; more go to cuBLAS)."""
+    from engine.triton_gemv import linear
+
+    return linear(x, module.weight, module.bias)
+
+
+@functools.cache
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -73,18 +88,19 @@ class Attention(nn.Module):
         out = paged_attention(q, k, v, self.layer, ctx, self.scale)
         return self.o_proj(out.reshape(t, self.q_size))
 
-    def fused_forward(self, x, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+    def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
         from engine.triton_ops import qk_rope_store
 
-        t = x.shape[0]
+        t = qkv.shape[0]
         norm = self.q_norm is not None
         q = qk_rope_store(
-            self.qkv_proj(x), positions, inv_freq, self.q_norm.weight if norm else None,
+            qkv, positions, inv_freq, self.q_norm.weight if norm else None,
             self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
         )
         out = attend(q, self.layer, ctx, self.scale)
-        return self.o_proj(out.reshape(t, self.q_size))
+        return fast_linear(self.o_proj, out.reshape(t, self.q_size))
 
 
 class MLP(nn.Module):
@@ -97,10 +113,6 @@ class MLP(nn.Module):
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
-    def fused_forward(self, x: torch.Tensor) -> torch.Tensor:
-        from engine.triton_ops import silu_mul
-
-        return self.down_proj(silu_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -118,10 +130,16 @@ class DecoderLayer(nn.Module):
     def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
         Returns this layer's MLP output and the stream before it."""
-        h, residual = self.input_layernorm.add_forward(x, residual)
-        x = self.self_attn.fused_forward(h, positions, inv_freq, ctx)
-        h, residual = self.post_attention_layernorm.add_forward(x, residual)
-        return self.mlp.fused_forward(h), residual
+        from engine.triton_gemv import linear, norm_linear
+        from engine.triton_ops import silu_mul
+
+        attn, mlp = self.self_attn, self.mlp
+        norm = self.input_layernorm
+        qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias)
+        x = attn.fused_forward(qkv, positions, inv_freq, ctx)
+        norm = self.post_attention_layernorm
+        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight)
+        return linear(silu_mul(gate_up), mlp.down_proj.weight), residual
 
 
 class Decoder(nn.Module):
@@ -191,6 +209,8 @@ class Decoder(nn.Module):
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        if hidden.is_cuda and triton_available():
+            return fast_linear(self.lm_head, hidden).float()
         return self.lm_head(hidden).float()
 
     @torch.no_grad()

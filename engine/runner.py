@@ -11,7 +11,6 @@ same kernels: the torch reference on the CPU, the fused Triton ones on CUDA.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 
 import torch
@@ -20,7 +19,7 @@ from engine.attention import MAX_DECODE_TOKENS, StepContext
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.kv_cache import PagePool, SeqCache
-from engine.model import Decoder
+from engine.model import Decoder, triton_available
 from engine.sampling import TOKEN, SamplingParams, probabilities, sample
 
 PAGE_SIZE = 16
@@ -161,10 +160,6 @@ class Model:
             if tok is not None and name in getattr(tok, "get_vocab", lambda: {})():
                 ids.add(tok.convert_tokens_to_ids(name))
         return sorted(ids)
-
-
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
 
 
 def random_model(cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0, std: float = 0.02,

@@ -6,7 +6,9 @@ With `last` the latest token, sampled but not yet run through the model, one ste
   3. accept while d_i == t_i: emit d1..da, then t(a+1), the bonus (all drafts kept) or the
      correction (where a draft went wrong), which becomes the next `last`;
   4. truncate the cache past the kept tokens: the rejected drafts' pages go back to the pool.
-With no proposer (or k = 0) the same step with no drafts is plain decoding.
+With no proposer (or k = 0) the same step with no drafts is plain decoding; with no proposer,
+runs of such steps are queued together, each taking its input token from the one before on
+the device, so the host does not stand between them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from engine.errors import EngineError
 from engine.metrics import Metrics
 from engine.proposers.base import MAX_K, Proposal, Proposer
 from engine.recapture import recapture
-from engine.sampling import SamplingParams, accept_tokens
+from engine.sampling import TOKEN, SamplingParams, accept_tokens
+
+
+PLAIN_RUN = 8  # plain steps queued per host wait (a reply's last run may compute a few unseen)
 
 
 @dataclass
@@ -121,12 +126,33 @@ class Generation:
                 yield self._emit(step)
                 return
             self._switch(self.speculative, context, seq)
-            step, captured = self._step(seq, context, last)
-            context.extend(step.tokens)
-            last = context[-1]
-            if self._active is not None and step.finished is None:
-                self._active.observe(context, captured)
-            yield self._emit(step)
+            if self._active is None:
+                steps, captured = self._decode(seq, context), None
+            else:
+                step, captured = self._step(seq, context, last)
+                steps = [step]
+            for step in steps:
+                context.extend(step.tokens)
+                last = context[-1]
+                if self._active is not None and step.finished is None:
+                    self._active.observe(context, captured)
+                yield self._emit(step)
+                if step.finished is not None:
+                    break  # a stop inside a run of plain steps: the rest is never shown
+
+    def _decode(self, seq, context: list[int]) -> list[Step]:
+        """Plain decoding: a run of one-token steps, each fed on the device by the token the one
+        before it sampled, so the host waits once per run instead of once per token (on CUDA the
+        run is replays of one graph, queued back to back). The tokens are those of single steps;
+        steps past a stop are discarded with the reply."""
+        model = self.model
+        remaining = self.sampling.max_tokens - len(self.tokens)
+        n = max(1, min(PLAIN_RUN, remaining, model.max_context - len(context)))
+        t0 = time.perf_counter()
+        first = torch.tensor(context[-1:], device=model.device)
+        tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()
+        each = (time.perf_counter() - t0) / n
+        return [Step([token], [], 0, "plain", 0, "off", 0.0, each, len(context) + i) for i, token in enumerate(tokens)]
 
     def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
         model, sampling, proposer = self.model, self.sampling, self._active

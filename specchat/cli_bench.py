@@ -46,6 +46,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(p, DEFAULT_KS, 128, 3)
     p.add_argument("--prompts", nargs="+", metavar="NAME", help="edit, explain (default both) or text files")
     p.add_argument("--no-peers", action="store_true", help="skip transformers' generate")
+    p.add_argument("--peer-k", type=int, nargs="+", metavar="K",
+                   help="k values of transformers' rows (default: those of --k; its runs are slow)")
     s = p.add_mutually_exclusive_group()
     s.add_argument(
         "--sampled",
@@ -150,7 +152,7 @@ def check_settings(args) -> None:
     from engine.errors import EngineError
     from engine.proposers.base import check_k
 
-    for k in args.k:
+    for k in args.k + (getattr(args, "peer_k", None) or []):
         check_k(k)
     if args.max_new_tokens < 2:
         raise EngineError(
@@ -256,7 +258,7 @@ def measure(args, argv: list[str] | None) -> dict:
     jobs = []
     for case in cases:  # ours and theirs side by side, so drift during the run hits both
         jobs += our_jobs(target, [case], method_list)
-        jobs += peer.jobs([case], args.k) if peer else []
+        jobs += peer.jobs([case], args.peer_k or args.k) if peer else []
     command = "specchat " + shlex.join(sys.argv[1:] if argv is None else argv)
     environment = report.environment(target.device, target.dtype, command)  # dated at the start
     rows = run_jobs(jobs, args)

@@ -145,3 +145,60 @@ def test_narrow_heads_of_tiny_models(device):
     out = paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, 8**-0.5, True)
     ref = reference_attention(q.double(), k_cache[slots].double(), v_cache[slots].double(), True, 8**-0.5)
     assert rel_err(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 2, 7, 16])
+@pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (1536, 8960, False), (17920, 1536, False),
+                                      (151936, 896, False), (100, 72, True), (37, 1000, False)])
+def test_step_linear_matches_cublas(dtype, t, n, k, bias, device):
+    from engine.triton_gemv import linear
+
+    x = torch.randn(t, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
+    b = torch.randn(n, dtype=dtype, device=device) if bias else None
+    expect = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())
+    got = linear(x, w, b)
+    assert got.shape == (t, n) and got.dtype == dtype
+    assert rel_err(got, expect) < TOL[dtype] / 4
+
+
+def test_step_linear_reads_rows_with_a_stride(device):
+    from engine.triton_gemv import linear
+
+    wide = torch.randn(3, 2 * 512, device=device)
+    x = wide[:, :512]  # every row of x is 1024 elements from the next
+    w = torch.randn(64, 512, device=device)
+    assert rel_err(linear(x, w), x.double() @ w.double().T) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 5, 16])
+@pytest.mark.parametrize("first_layer", [True, False])
+@pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (17920, 1536, False), (300, 80, False)])
+def test_norm_linear_matches_norm_then_linear(dtype, t, first_layer, n, k, bias, device):
+    from engine.triton_gemv import folds_norm, linear, norm_linear
+    from engine.triton_ops import add_rms_norm
+
+    x = torch.randn(t, k, dtype=dtype, device=device)
+    residual = None if first_layer else torch.randn(t, k, dtype=dtype, device=device)
+    norm_w = 1 + 0.1 * torch.randn(k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
+    b = torch.randn(n, dtype=dtype, device=device) if bias else None
+    kept = None if residual is None else residual.clone()
+    got, stream = norm_linear(x, residual, norm_w, 1e-6, w, b)
+    h, expect_stream = add_rms_norm(x, kept, norm_w, 1e-6)
+    assert torch.equal(stream, expect_stream)  # the next layers' residual, bit for bit
+    expect = linear(h, w, b)
+    assert rel_err(got, expect.to(torch.float64)) < (1e-6 if dtype == torch.float32 else 1e-3)
+    assert folds_norm(x, w) == (t == 1 and n <= 4096)  # both paths above are exercised
+
+
+def test_long_steps_fall_back_to_cublas(device):
+    from engine.triton_gemv import norm_linear
+
+    x, residual = torch.randn(40, 64, device=device), torch.randn(40, 64, device=device)
+    stream_expect = x + residual
+    out, stream = norm_linear(x, residual, torch.ones(64, device=device), 1e-6, torch.eye(64, device=device))
+    assert torch.allclose(stream, stream_expect)
+    assert torch.allclose(out, RMSNorm(64, 1e-6).to(device)(stream_expect), atol=1e-5)

@@ -212,3 +212,39 @@ def test_the_summary_line_reports_steps_acceptance_and_step_times(target, draft)
     m = result.metrics
     assert f"{m.steps} steps" in line and f"{m.mean_acceptance_length:.2f} tokens/step" in line
     assert f"of {m.drafted} drafts" in line and "ms per step" in line
+
+
+def stepped(model, prompt, sampling):
+    """Plain decoding written out: one model step per token, each read back before the next."""
+    seq = model.new_sequence()
+    token = int(model.step(seq, prompt, sampling, last_only=True).tokens[-1])
+    tokens = [token]
+    while len(tokens) < sampling.max_tokens:
+        token = int(model.step(seq, [token], sampling).tokens[-1])
+        tokens.append(token)
+    seq.release()
+    return tokens
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, *SAMPLINGS[:2]])
+def test_plain_decoding_runs_are_single_steps(target, sampling):
+    # the loop queues runs of plain steps fed on the device; they draw the tokens single steps draw
+    assert plain(target, PLAIN_PROMPT, sampling) == stepped(target, PLAIN_PROMPT, sampling)
+
+
+def test_plain_runs_keep_only_the_shown_tokens_cached(target):
+    pool = target.pool
+    gen = stream(target, PLAIN_PROMPT, SamplingParams(max_tokens=37))
+    for _ in gen:
+        cached = len(PLAIN_PROMPT) + len(gen.tokens) - 1
+        assert pool.num_pages - pool.num_free >= -(-cached // pool.page_size)
+    assert len(gen.tokens) == 37  # a budget that ends inside a run is cut exactly
+    assert pool.num_free == pool.num_pages
+
+
+def test_a_stop_inside_a_plain_run_ends_the_reply_there(target):
+    free = plain(target, PLAIN_PROMPT, GREEDY)
+    stop = free[11]  # the 12th token: inside the second run of plain steps
+    first = free.index(stop)
+    result = generate(target, PLAIN_PROMPT, GREEDY, stop_ids=[stop])
+    assert result.tokens == free[: first + 1] and result.finished == "stop"

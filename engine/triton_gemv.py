@@ -1,0 +1,185 @@
+"""Linear layers for steps of 1..16 tokens (Triton, CUDA only), with the layer's norm folded in.
+
+A decode or verify step multiplies a handful of activation rows by each weight matrix once,
+so its linears are bound by reading the weights. cuBLAS picks tiles made for larger batches
+and leaves part of the bandwidth unused on the small matrices of a 1-4B model. These kernels
+give each program a thin slab of output rows and stream it through K in wide contiguous
+loads, so every SM has weight bytes in flight:
+
+* one row (decode, draft chains): products summed in float32 registers;
+* 2..16 rows (verify): the rows padded to 16 and multiplied on the tensor cores (tl.dot); the
+  padding costs nothing, the weights are read once either way.
+
+For one row, the residual add + RMSNorm before q/k/v can ride in the product's input load
+instead of running as a kernel of its own (PROLOGUE NORM): every program loads the whole row
+and recomputes its norm, a few KB from L2, and the first program writes the new residual
+stream. It rounds where the unfused kernel rounds, so the product sees the same input bit for
+bit. It pays only where the matrix is small (measured on the H200: 1.5B's q/k/v 4.5 us against
+5.1 us apart; larger matrices and SiLU folded into down lose, the recomputation costs more than
+a launch), so `norm_linear` folds there and runs two kernels elsewhere. Both paths accumulate in float32 and round once, as cuBLAS does;
+float32 weights multiply in IEEE float32 (no TF32), so a float32 model stays exact enough for
+token-for-token tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_ROWS = 16  # longer steps (prefill) go to cuBLAS, which is made for them
+PLAIN, NORM = 0, 1  # what the input load computes
+
+
+@triton.jit
+def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
+          PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    live = rows < N
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * K
+    cols = tl.arange(0, BLOCK_K)
+    if PROLOGUE == 1:
+        # the whole row in one tile (BLOCK_K >= K): the norm needs all of it, and the product
+        # then reuses it from registers
+        m = cols < K
+        x = tl.load(x_ptr + cols, mask=m, other=0.0)
+        if HAS_RES:
+            x = (x.to(tl.float32) + tl.load(r_ptr + cols, mask=m, other=0.0).to(tl.float32)).to(x.dtype)
+            tl.store(s_ptr + cols, x, mask=m & (pid == 0))
+        xf = x.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / K + eps)
+        nw = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
+        xin = (nw * (xf * rstd).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
+        w = tl.load(w_rows + cols[None, :], mask=live[:, None] & m[None, :], other=0.0)
+        y = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            c = k0 + cols
+            x = tl.load(x_ptr + c, mask=c < K, other=0.0).to(tl.float32)
+            if EVEN_K:
+                w = tl.load(w_rows + c[None, :], mask=live[:, None], other=0.0)
+            else:
+                w = tl.load(w_rows + c[None, :], mask=live[:, None] & (c[None, :] < K), other=0.0)
+            acc += w.to(tl.float32) * x[None, :]
+        y = tl.sum(acc, axis=1)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, T, N, K, x_stride,
+            HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+            IEEE: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    live = rows < N
+    ts = tl.arange(0, 16)
+    in_step = ts[:, None] < T
+    cols = tl.arange(0, BLOCK_K)[None, :]
+    x_rows = x_ptr + ts[:, None] * x_stride
+    w_rows = w_ptr + rows[:, None].to(tl.int64) * K
+    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        c = k0 + cols
+        if EVEN_K:
+            x = tl.load(x_rows + c, mask=in_step, other=0.0)
+            w = tl.load(w_rows + c, mask=live[:, None], other=0.0)
+        else:
+            x = tl.load(x_rows + c, mask=in_step & (c < K), other=0.0)
+            w = tl.load(w_rows + c, mask=live[:, None] & (c < K), other=0.0)
+        if IEEE:
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)[None, :]
+    out = out_ptr + ts[:, None] * N + rows[None, :]
+    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=in_step & live[None, :])
+
+
+def gemv_config(n: int, k: int, prologue: int = 0) -> tuple[int, int, int, int]:
+    """(rows per program, K per iteration, warps, stages) for one activation row, as measured on
+    the H200 (bench/gpu/gemv_sweep.py): two-row slabs keep enough programs streaming on the
+    narrow matrices, four-row ones suit the wide gate/up and lm_head."""
+    block_n = 4 if n >= 16384 else 2
+    if prologue == NORM:  # one tile holds the whole row
+        block_k = triton.next_power_of_2(k)
+        return block_n, block_k, 8 if block_n * block_k >= 8192 else 4, 1
+    return block_n, min(512 if n >= 16384 else 1024, triton.next_power_of_2(k)), 4, 3
+
+
+def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int] | None:
+    """(rows per program, K per iteration, warps, stages) for 2..16 activation rows; None where
+    cuBLAS does as well (few output rows over a long K leave too few programs)."""
+    if n <= 2048 and k >= 4096:
+        return None
+    block_k = triton.next_power_of_2(k)
+    if dtype == torch.float32:  # tests only: tiles that fit shared memory at four bytes
+        return 16, min(64, block_k), 4, 2
+    if n >= 16384:
+        return 32, min(256, block_k), 4, 2
+    return (32 if n > 2048 else 16), min(512, block_k), 4, 4
+
+
+def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
+           config=None):
+    """Run the kernel for x's rows into out; config overrides the measured launch settings.
+    Prologues only for one row (over 16 rows, folding costs the product more than it saves)."""
+    t = x.shape[0]
+    n, k = weight.shape
+    b = bias if bias is not None else weight
+    if t == 1:
+        block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
+        _gemv[(triton.cdiv(n, block_n),)](
+            x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
+            stream if stream is not None else x, weight, b, out, n, k, eps, PROLOGUE=prologue,
+            HAS_RES=residual is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            EVEN_K=k % block_k == 0, num_warps=warps, num_stages=stages,
+        )
+    else:
+        assert prologue == PLAIN
+        block_n, block_k, warps, stages = config or gemm16_config(n, k, x.dtype)
+        _gemm16[(triton.cdiv(n, block_n),)](x, weight, b, out, t, n, k, x.stride(0), HAS_BIAS=bias is not None,
+                                            BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
+                                            IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
+    return out
+
+
+def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    t = x.shape[0]
+    return x.is_cuda and t <= MAX_ROWS and (t == 1 or gemm16_config(*weight.shape, x.dtype) is not None)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, K] @ weight[N, K].T (+ bias): [T, N]. Steps of more than 16 rows go to cuBLAS."""
+    if not _fits(x, weight):
+        return torch.nn.functional.linear(x, weight, bias)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    out = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    return launch(x, weight, bias, out)
+
+
+def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    n, k = weight.shape
+    return x.is_cuda and x.shape[0] == 1 and n <= 4096 and k <= 2048
+
+
+def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
+    stream is a new tensor (programs read the old one while the first writes the sum); x itself
+    when residual is None, the stream's start. Otherwise residual is updated in place."""
+    from engine.triton_ops import add_rms_norm
+
+    if not folds_norm(x, weight):
+        h, stream = add_rms_norm(x, residual, norm_weight, eps)
+        return linear(h, weight, bias), stream
+    x = x.contiguous()
+    stream = x if residual is None else torch.empty_like(x)
+    out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)
+    launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps)
+    return out, stream
