@@ -1,16 +1,20 @@
 """Attention launch settings swept on the lent GPU: 36 layers' paged attention as one graph.
 
-Prints ms per 36 calls (one Qwen3-4B step's attention) for each (splits, block_n) at 1 and 16
-query tokens, 1K and 8K context. Usage there: python3 bench/gpu/attn_sweep.py
+Prints ms per step's worth of calls (every layer's attention) for each (splits, block_n) at 1
+and 16 query tokens, 1K, 2K and 8K context, for Qwen3-4B's attention shape or, with the
+argument qwen2.5-1.5b, that of Qwen2.5-1.5B (2 KV heads).
+Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b]
 """
 
 import statistics
+import sys
 
 import torch
 
-from engine.triton_attention import paged_decode_attention
+from engine.triton_attention import num_splits, paged_decode_attention
 
-LAYERS, KVH, H, D, PAGE = 36, 8, 32, 128, 16
+SHAPES = {"qwen3-4b": (36, 8, 32, 128), "qwen2.5-1.5b": (28, 2, 12, 128)}  # layers, KV heads, heads, head dim
+PAGE = 16
 
 
 def time_graph(fn, reps=30):
@@ -28,7 +32,9 @@ def time_graph(fn, reps=30):
 
 
 def main():
-    for context in (1024, 8192):
+    LAYERS, KVH, H, D = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3-4b"]
+    print("default splits:", {t: num_splits(KVH, max(16, t * H // KVH)) for t in (1, 16)})
+    for context in (1024, 2048, 8192):
         pages = -(-(context + 16) // PAGE)
         k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
@@ -37,7 +43,7 @@ def main():
             q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
             start = torch.tensor([context], device="cuda")
             row = []
-            for splits in (16, 32, 64):
+            for splits in (8, 16, 32, 64, 128):
                 for block_n in (32, 64):
                     def run():
                         for layer in range(LAYERS):
