@@ -33,6 +33,7 @@ ROW_FIELDS = {
     "prefill_ms",
     "speedup",
     "same_text",
+    "first_difference",
     "tokens",
 }
 OUR_FIELDS = {
@@ -166,6 +167,7 @@ def test_speedup_and_best_k_are_ratios_of_the_measured_times():
     assert plain["tok_s"] == 4 / 2.0 and ngram["tok_s"] == 4 / 0.5
     assert ngram["speedup"] == 4.0 and plain["speedup"] == 1.0
     assert ngram["same_text"] is False and plain["same_text"] is True
+    assert ngram["first_difference"] == 3 and plain["first_difference"] is None  # where the texts part
     assert best_k(rows) == [
         {
             "engine": SPECCHAT,

@@ -135,42 +135,41 @@ def sections(results: dict) -> list[tuple[dict, str]]:
     return [(prompts[p], s) for p, s in seen]
 
 
+OUR_COLUMNS = ["method", "k", "tok/s", "speedup", "tokens/step", "accepted", "propose ms", "verify ms",
+               "same text"]
+
+
+def our_cells(r: dict) -> list[str]:
+    """The OUR_COLUMNS cells of one of our rows."""
+    drafting = r["method"] != "plain"
+    return [
+        r["label"],
+        str(r["k"]) if drafting else DASH,
+        fmt(r["tok_s"]),
+        fmt(r["speedup"], ".2f", "×"),
+        fmt(r.get("tokens_per_step"), ".2f"),
+        fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
+        fmt(r.get("propose_ms"), ".2f") if drafting else DASH,
+        fmt(r.get("verify_ms"), ".2f"),
+        same_text(r),
+    ]
+
+
+def table_head(head: list[str]) -> list[str]:
+    return [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+
+
 def detail_table(results: dict, prompt: dict, sampling: str) -> str:
     """Every row of ours for one prompt and sampling, with transformers' same method beside it."""
     rows = [r for r in results["rows"] if r["prompt"] == prompt["name"] and r["sampling"] == sampling]
     ours = sorted((r for r in rows if r["engine"] == SPECCHAT), key=sort_key)
     heuristic = any(r.get("transformers_heuristic_tok_s") for r in ours)
-    head = [
-        "method",
-        "k",
-        "tok/s",
-        "speedup",
-        "tokens/step",
-        "accepted",
-        "propose ms",
-        "verify ms",
-        "same text",
-        "transformers tok/s",
-        "ours / theirs",
-    ]
+    head = OUR_COLUMNS + ["transformers tok/s", "ours / theirs"]
     if heuristic:
         head += ["transformers heuristic tok/s", "ours / heuristic"]
-    lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
+    lines = table_head(head)
     for r in ours:
-        drafting = r["method"] != "plain"
-        cells = [
-            r["label"],
-            str(r["k"]) if drafting else DASH,
-            fmt(r["tok_s"]),
-            fmt(r["speedup"], ".2f", "×"),
-            fmt(r.get("tokens_per_step"), ".2f"),
-            fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
-            fmt(r.get("propose_ms"), ".2f") if drafting else DASH,
-            fmt(r.get("verify_ms"), ".2f"),
-            same_text(r),
-            fmt(r.get("transformers_tok_s")),
-            fmt(r.get("ours_over_transformers"), ".2f", "×"),
-        ]
+        cells = our_cells(r) + [fmt(r.get("transformers_tok_s")), fmt(r.get("ours_over_transformers"), ".2f", "×")]
         if heuristic:
             cells += [
                 fmt(r.get("transformers_heuristic_tok_s")),
@@ -181,9 +180,14 @@ def detail_table(results: dict, prompt: dict, sampling: str) -> str:
 
 
 def same_text(r: dict) -> str:
+    """yes, or where the text parts from plain decoding's (NO where it should not: a
+    deterministic proposer)."""
     if r["method"] == "plain" or r["same_text"] is None:
         return DASH
-    return "yes" if r["same_text"] else ("NO" if r["deterministic"] else "no")
+    if r["same_text"]:
+        return "yes"
+    where = f" (token {r['first_difference']})" if r.get("first_difference") is not None else ""
+    return ("NO" if r["deterministic"] else "no") + where
 
 
 def best_cell(results: dict, engine: str, prompt: str, sampling: str, method: str) -> str:
@@ -286,40 +290,14 @@ def compare_table(rows: list[dict], prompt_tokens: int) -> str:
         if r["method"] != "plain" and (r["method"] not in best or r["tok_s"] > best[r["method"]]["tok_s"]):
             best[r["method"]] = r
     fastest = max(rows, key=lambda r: r["tok_s"])
-    head = [
-        "method",
-        "k",
-        "tok/s",
-        "speedup",
-        "tokens/step",
-        "accepted",
-        "propose ms",
-        "verify ms",
-        "same text",
-        "best",
-    ]
     lines = [
         f"Prompt of {prompt_tokens} tokens, {rows[0]['new_tokens']} new tokens (plain decoding).",
         "",
-        f"| {' | '.join(head)} |",
-        "|" + "---|" * len(head),
+        *table_head(OUR_COLUMNS + ["best"]),
     ]
     for r in rows:
-        drafting = r["method"] != "plain"
         mark = "★ fastest" if r is fastest else ("best k" if best.get(r["method"]) is r else "")
-        cells = [
-            r["label"],
-            str(r["k"]) if drafting else DASH,
-            fmt(r["tok_s"]),
-            fmt(r["speedup"], ".2f", "×"),
-            fmt(r.get("tokens_per_step"), ".2f"),
-            fmt(100 * r["acceptance_rate"], ".0f", " %") if drafting else DASH,
-            fmt(r["propose_ms"], ".2f") if drafting else DASH,
-            fmt(r["verify_ms"], ".2f"),
-            same_text(r),
-            mark,
-        ]
-        lines.append(f"| {' | '.join(cells)} |")
+        lines.append(f"| {' | '.join(our_cells(r) + [mark])} |")
     return "\n".join(lines)
 
 

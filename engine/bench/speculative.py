@@ -205,6 +205,14 @@ def row(job: Job, runs: list[Run]) -> dict:
     return out
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first token where two replies differ (None if they are the same)."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def link(rows: list[dict]) -> list[dict]:
     """Set each row's speedup over its engine's plain row (same prompt and sampling), whether
     its tokens equal that plain row's, and, on our rows, the ratio to transformers' same method."""
@@ -213,6 +221,7 @@ def link(rows: list[dict]) -> list[dict]:
         plain = index.get((r["engine"], r["prompt"], r["sampling"], "plain", 0))
         r["speedup"] = r["tok_s"] / plain["tok_s"] if plain and plain["tok_s"] > 0 else None
         r["same_text"] = r["tokens"] == plain["tokens"] if plain else None
+        r["first_difference"] = first_difference(r["tokens"], plain["tokens"]) if plain else None
     for r in rows:
         if r["engine"] != SPECCHAT:
             continue
