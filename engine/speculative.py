@@ -27,9 +27,6 @@ from engine.recapture import recapture
 from engine.sampling import TOKEN, SamplingParams, accept_tokens
 
 
-PLAIN_RUN = 8  # plain steps queued per host wait (a reply's last run may compute a few unseen)
-
-
 @dataclass
 class Step:
     tokens: list[int]  # emitted by this step, in order
@@ -81,6 +78,10 @@ class Generation:
         self.tokens: list[int] = []
         self._cancel = threading.Event()
         self._active: Proposer | None = None
+        # plain steps queued per host wait: on a GPU the steps run ahead of the host (a reply's
+        # last run may compute a few tokens nobody sees); on the CPU nothing would, and a chat
+        # shows each token as it comes
+        self.plain_run = 8 if model.device.type == "cuda" else 1
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -147,7 +148,7 @@ class Generation:
         steps past a stop are discarded with the reply."""
         model = self.model
         remaining = self.sampling.max_tokens - len(self.tokens)
-        n = max(1, min(PLAIN_RUN, remaining, model.max_context - len(context)))
+        n = max(1, min(self.plain_run, remaining, model.max_context - len(context)))
         t0 = time.perf_counter()
         first = torch.tensor(context[-1:], device=model.device)
         tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()

@@ -226,15 +226,25 @@ def stepped(model, prompt, sampling):
     return tokens
 
 
+def plain_in_runs(model, prompt, sampling, stop_ids=(), run=8):
+    """Plain decoding with runs of `run` steps queued per host wait, as on a GPU."""
+    gen = stream(model, prompt, sampling, stop_ids)
+    gen.plain_run = run
+    steps = list(gen)
+    return gen, steps
+
+
 @pytest.mark.parametrize("sampling", [GREEDY, *SAMPLINGS[:2]])
 def test_plain_decoding_runs_are_single_steps(target, sampling):
-    # the loop queues runs of plain steps fed on the device; they draw the tokens single steps draw
-    assert plain(target, PLAIN_PROMPT, sampling) == stepped(target, PLAIN_PROMPT, sampling)
+    # runs of plain steps fed on the device draw the tokens that single steps draw
+    gen, _ = plain_in_runs(target, PLAIN_PROMPT, sampling)
+    assert gen.tokens == stepped(target, PLAIN_PROMPT, sampling) == plain(target, PLAIN_PROMPT, sampling)
 
 
 def test_plain_runs_keep_only_the_shown_tokens_cached(target):
     pool = target.pool
     gen = stream(target, PLAIN_PROMPT, SamplingParams(max_tokens=37))
+    gen.plain_run = 8
     for _ in gen:
         cached = len(PLAIN_PROMPT) + len(gen.tokens) - 1
         assert pool.num_pages - pool.num_free >= -(-cached // pool.page_size)
@@ -246,5 +256,5 @@ def test_a_stop_inside_a_plain_run_ends_the_reply_there(target):
     free = plain(target, PLAIN_PROMPT, GREEDY)
     stop = free[11]  # the 12th token: inside the second run of plain steps
     first = free.index(stop)
-    result = generate(target, PLAIN_PROMPT, GREEDY, stop_ids=[stop])
-    assert result.tokens == free[: first + 1] and result.finished == "stop"
+    gen, steps = plain_in_runs(target, PLAIN_PROMPT, GREEDY, stop_ids=[stop])
+    assert gen.tokens == free[: first + 1] and steps[-1].finished == "stop"
