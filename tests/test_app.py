@@ -61,6 +61,12 @@ async def say(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
+async def ask(pilot, text: str) -> None:
+    """Send a message and wait until its reply has finished."""
+    await say(pilot, text)
+    await until(pilot, lambda: pilot.app.gen is None and reply(pilot.app).status, "the reply")
+
+
 def steps_shown(app) -> int:
     return len(app.stats.history)
 
@@ -74,8 +80,7 @@ async def test_each_token_is_styled_by_where_it_came_from():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        await say(pilot, "tell me about a fox")
-        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        await ask(pilot, "tell me about a fox")
         view = reply(app)
         # prefill: plain; 2 accepted + correction; 4 accepted + bonus; correction with none accepted
         expected = (
@@ -177,8 +182,7 @@ async def test_every_reply_is_saved_and_export_writes_markdown(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        await say(pilot, "hello")
-        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        await ask(pilot, "hello")
         saved = json.loads(app.record.path.read_text())
         assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
         assert saved["messages"][1]["content"] == "".join(WORDS)
@@ -192,8 +196,7 @@ async def test_new_chat_starts_empty_and_settings_are_saved(home):
     app = make_app(ScriptedSession(), Settings(), save=True)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        await say(pilot, "hello")
-        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        await ask(pilot, "hello")
         old = app.record.path
         await pilot.press("ctrl+n")
         await pilot.pause()
