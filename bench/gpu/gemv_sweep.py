@@ -9,11 +9,10 @@ best settings per shape and the sum over a step. Usage there: python3 bench/gpu/
 import itertools
 import json
 import os
-import statistics
 import sys
 
+import attn_sweep  # beside this file
 import torch
-import triton
 
 from engine.triton_gemv import gemm16_config, gemv_config, launch as run
 
@@ -24,20 +23,9 @@ MODELS = {  # name: (layers, hidden, q+2kv, intermediate, vocab, qkv bias)
 }
 
 
-def time_graph(fn, reps=20):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in ev:
-        s.record()
-        g.replay()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev) * 1e3  # us
+def time_graph(fn) -> float:
+    """Median microseconds of one replay of fn captured as a graph."""
+    return attn_sweep.time_graph(fn) * 1e3
 
 
 def shapes(name):
