@@ -14,7 +14,8 @@ import sys
 import attn_sweep  # beside this file
 import torch
 
-from engine.triton_gemv import gemm16_config, gemv_config, launch as run
+from engine.triton_gemv import gemm16_config, gemv_config
+from engine.triton_gemv import launch as run
 
 MODELS = {  # name: (layers, hidden, q+2kv, intermediate, vocab, qkv bias)
     "qwen2.5-1.5b": (28, 1536, 2048, 8960, 151936, True),
