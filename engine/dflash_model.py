@@ -9,8 +9,12 @@ A pass then runs the block [anchor, mask x (B-1)] (the last verified token and B
 embedded by the target) through Qwen3-style layers whose queries see the whole context and the
 whole block, with no causal mask; the target's lm_head over block positions 1..B-1 gives B-1
 drafts at once. The block's own K/V leave the cache after the pass (truncate): only verified
-tokens are context. The block has a static shape (B tokens), whatever k, so the pass can be
-captured as a CUDA graph.
+tokens are context. The block has a static shape (B tokens), whatever k, so on CUDA the pass
+(context extension, block, lm_head, argmax) replays a CUDA graph (engine/dflash_graphs.py).
+
+The context extension finds the cache through a page table and positions on the device, and
+on CUDA so does the block (the target's fused Triton layers), so one body serves the eager path
+and the graphs. On the CPU the block runs the torch reference layers.
 """
 
 from __future__ import annotations
@@ -36,6 +40,20 @@ def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> l
         return [num_target_layers // 2]
     span = num_target_layers - 4
     return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+def distinct_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """z-lab's rule wherever it names distinct layers of the target (every real model); for a
+    target too shallow for it (it repeats layers, or names layer -1 below 3 layers), up to
+    num_draft_layers distinct layers spread evenly from the first to the last."""
+    ids = default_target_layer_ids(num_target_layers, num_draft_layers)
+    if len(set(ids)) == len(ids) and all(0 <= i < num_target_layers for i in ids):
+        return ids
+    count = min(num_draft_layers, num_target_layers)
+    if count == 1:
+        return [num_target_layers // 2]
+    # steps of (L - 1) / (count - 1) >= 1 apart: rounding cannot make two of them meet
+    return [round(i * (num_target_layers - 1) / (count - 1)) for i in range(count)]
 
 
 @dataclass
@@ -143,7 +161,7 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: tor
 
 
 class DFlashDrafter(nn.Module):
-    """The drafter: `extend(states)` adds verified tokens to its context, `block(anchor)` drafts.
+    """The drafter: `draft(states, anchor)` adds verified tokens to its context and drafts a block.
 
     Bound to one target (`bind`): the target's embed_tokens and lm_head are used, never copied."""
 
@@ -162,22 +180,45 @@ class DFlashDrafter(nn.Module):
         self.fc = nn.Linear(len(cfg.target_layer_ids) * s.hidden_size, s.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         # The block runs through ordinary decoder layers (fused qkv, q/k norm, paged attention);
-        # the context reuses their k/v rows and k_norm (see extend).
+        # the context reuses their k/v rows and k_norm (see _extend).
         self.layers = nn.ModuleList(DecoderLayer(s, i) for i in range(s.num_layers))
         self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.target = None
+        self.graphs = None
 
     def bind(self, target, max_context: int) -> None:
-        """Use this target's embeddings and lm_head; give the drafter a cache for max_context tokens."""
+        """Use this target's embeddings and lm_head; give the drafter a cache for max_context
+        tokens; on CUDA with the target's graphs, graphs of its own in the target's memory pool."""
         s = self.config.shape
         p = self.fc.weight
+        device = p.device
         pages = -(-(max_context + self.block_size) // PAGE_SIZE)
+        target_graphs = getattr(target, "graphs", None)
         self.target = target
-        self.pool = PagePool(s.num_layers, pages, PAGE_SIZE, s.num_kv_heads, s.head_dim, p.dtype, p.device)
+        self.backend = getattr(target, "backend", "torch")
+        # graphs keep one page for themselves: the scratch their warm-ups write
+        self.pool = PagePool(
+            s.num_layers,
+            pages + (target_graphs is not None),
+            PAGE_SIZE,
+            s.num_kv_heads,
+            s.head_dim,
+            p.dtype,
+            device,
+        )
         self.seq = SeqCache(self.pool)
         # the block's token ids live in one static buffer: [anchor, mask x (B-1)]
-        self.block_ids = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=p.device)
-        self.block_offsets = torch.arange(self.block_size, device=p.device)
+        self.block_ids = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=device)
+        self.block_offsets = torch.arange(self.block_size, device=device)
+        identity = self.state_order == list(range(len(self.capture_layers)))
+        self.state_index = None if identity else torch.tensor(self.state_order, device=device)
+        dims = torch.arange(0, s.head_dim, 2, dtype=torch.float, device=device)
+        self.inv_freq = 1.0 / s.rope_theta ** (dims / s.head_dim)  # float32, as rope_tables computes it
+        self.graphs = None
+        if target_graphs is not None:
+            from engine.dflash_graphs import DrafterGraphs
+
+            self.graphs = DrafterGraphs(self, target_graphs.mempool)
 
     @property
     def context_length(self) -> int:
@@ -188,21 +229,38 @@ class DFlashDrafter(nn.Module):
         self.seq.release()
 
     @torch.inference_mode()
+    def draft(self, states: list[torch.Tensor], anchor: int | torch.Tensor) -> torch.Tensor:
+        """Append the verified tokens' states (in order) to the context, then run the block after
+        `anchor` (a token id, or a [1] tensor on the device): the B-1 greedy drafts [B-1], on the
+        device. With graphs this is one replay; nothing is read back."""
+        if self.graphs is not None:
+            return self.graphs.run(states, anchor)[1]
+        if states:
+            self.extend(torch.cat(states))
+        return self.block(anchor).argmax(dim=-1)
+
+    @torch.inference_mode()
     def extend(self, states: torch.Tensor) -> None:
-        """Append verified tokens to the context: states [n, len(capture_layers) * H], the target's
-        residual stream after each of capture_layers, tokens in order."""
+        """Append verified tokens to the context, op by op: states [n, len(capture_layers) * H],
+        the target's residual stream after each of capture_layers, tokens in order."""
         n = states.shape[0]
         if n == 0:
             return
-        s = self.config.shape
-        if self.state_order != list(range(len(self.capture_layers))):
-            states = states.view(n, len(self.capture_layers), s.hidden_size)[:, self.state_order].reshape(
-                n, -1
-            )
         start = self.seq.length
         self.seq.append(n)
-        slots = self.seq.slots(start, start + n).to(self.fc.weight.device)
-        positions = torch.arange(start, start + n, device=slots.device)
+        device = self.fc.weight.device
+        positions = torch.arange(start, start + n, device=device)
+        self._extend(states, positions, torch.tensor(self.seq.pages, device=device))
+
+    def _extend(self, states: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> None:
+        """The context projection of states [n, ...] at positions [n] (device tensors): the K/V
+        of every drafter layer land in the slots the page table gives those positions."""
+        s = self.config.shape
+        n = states.shape[0]
+        if self.state_index is not None:
+            states = states.view(n, len(self.capture_layers), s.hidden_size).index_select(1, self.state_index)
+            states = states.reshape(n, -1)
+        slots = page_table[positions // PAGE_SIZE] * PAGE_SIZE + positions % PAGE_SIZE
         cos, sin = rope_tables(positions, s.head_dim, s.rope_theta, self.fc.weight.dtype)
         features = self.hidden_norm(self.fc(states.to(self.fc.weight.dtype)))
         for i, layer in enumerate(self.layers):
@@ -214,25 +272,45 @@ class DFlashDrafter(nn.Module):
             self.pool.v[i].index_copy_(0, slots, v)
 
     @torch.inference_mode()
-    def block(self, anchor: int) -> torch.Tensor:
+    def block(self, anchor: int | torch.Tensor) -> torch.Tensor:
         """Logits [B-1, V] (float32) of the drafts after `anchor`, the token at position
-        context_length. The cache is left holding the context only."""
-        s = self.config.shape
+        context_length, op by op. The cache is left holding the context only."""
         start = self.seq.length
         self.seq.append(self.block_size)
         try:
+            if isinstance(anchor, torch.Tensor):
+                self.block_ids[:1].copy_(anchor.view(-1)[-1:])
+            else:
+                self.block_ids[0] = anchor
             device = self.block_ids.device
-            slots = self.seq.slots(0, start + self.block_size).to(device)
-            ctx = StepContext(self.pool, slots[start:], slots, causal=False)
-            positions = self.block_offsets + start
-            self.block_ids[0] = anchor
-            x = self.target.decoder.embed_tokens(self.block_ids)
-            cos, sin = rope_tables(positions, s.head_dim, s.rope_theta, x.dtype)
-            for layer in self.layers:
-                x = layer(x, cos, sin, ctx)
-            return self.target.decoder.logits(self.norm(x[1:]))
+            if self.backend == "triton":
+                page_table = torch.tensor(self.seq.pages, device=device)
+                return self._fused_block(self.block_ids, torch.tensor([start], device=device), page_table)
+            return self._reference_block(start)
         finally:
             self.seq.truncate(start)
+
+    def _reference_block(self, start: int) -> torch.Tensor:
+        """The block through the torch reference layers (any device)."""
+        s = self.config.shape
+        slots = self.seq.slots(0, start + self.block_size).to(self.block_ids.device)
+        ctx = StepContext(self.pool, slots[start:], slots, causal=False)
+        x = self.target.decoder.embed_tokens(self.block_ids)
+        cos, sin = rope_tables(self.block_offsets + start, s.head_dim, s.rope_theta, x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, ctx)
+        return self.target.decoder.logits(self.norm(x[1:]))
+
+    def _fused_block(self, ids: torch.Tensor, start: torch.Tensor, page_table: torch.Tensor) -> torch.Tensor:
+        """The block through the fused Triton layers (CUDA): ids [B] at positions start.. (start a
+        [1] device tensor), K/V found and written through the page table; logits [B-1, V]."""
+        ctx = StepContext(self.pool, None, None, False, "triton", page_table, start)
+        positions = start + self.block_offsets
+        x, residual = self.target.decoder.embed_tokens(ids), None
+        for layer in self.layers:
+            x, residual = layer.fused_forward(x, residual, positions, self.inv_freq, ctx)
+        hidden, _ = self.norm.add_forward(x, residual)
+        return self.target.decoder.logits(hidden[1:])
 
     @torch.no_grad()
     def load_zlab_state(self, tensors: dict[str, torch.Tensor]) -> None:

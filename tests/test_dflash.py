@@ -16,9 +16,10 @@ from engine import (
     generate,
     random_model,
 )
-from engine.dflash_model import default_target_layer_ids
+from engine.dflash_model import default_target_layer_ids, distinct_target_layer_ids
 from engine.proposers.dflash import load_drafter, write_random_drafter
 from engine.recapture import recapture
+from tests.conftest import tiny_model
 
 VOCAB, HIDDEN, TARGET_LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 16, 32, 6, 4, 2, 8, 48
 DRAFT_LAYERS, BLOCK, MASK = 2, 16, 15
@@ -243,6 +244,16 @@ def test_default_target_layers_follow_zlab_rule():
     assert default_target_layer_ids(28, 1) == [14]
 
 
+def test_random_drafters_read_distinct_layers_even_of_shallow_targets():
+    assert distinct_target_layer_ids(36, 5) == [1, 9, 17, 25, 33], "z-lab's rule where it fits"
+    assert distinct_target_layer_ids(28, 1) == [14]
+    assert default_target_layer_ids(6, 5) == [1, 2, 2, 2, 3]
+    assert distinct_target_layer_ids(6, 5) == [0, 1, 2, 4, 5]
+    assert default_target_layer_ids(2, 5)[-1] == -1 and distinct_target_layer_ids(2, 5) == [0, 1]
+    assert distinct_target_layer_ids(4, 5) == [0, 1, 2, 3]
+    assert distinct_target_layer_ids(1, 5) == [0]
+
+
 # --- the format ---
 
 
@@ -364,20 +375,26 @@ def test_one_drafter_pass_per_step_whatever_k(target, random_drafter, monkeypatc
 
 
 def test_switching_dflash_in_mid_reply_keeps_the_output(target, random_drafter):
-    sampling = SamplingParams(max_tokens=20)
+    sampling = SamplingParams(max_tokens=48)
     plain = generate(target, PROMPT, sampling).tokens
     gen = Generation(target, PROMPT, sampling)
+    # off, then DFlash (k=5) for two steps, off again, DFlash (k=15): each switch is made once the
+    # previous one has shown in the steps (the loop takes it up between steps or runs of steps)
+    plan = [
+        ("off", lambda: DFlashProposer(random_drafter, 5)),
+        ("dflash", lambda: None),
+        ("off", lambda: DFlashProposer(random_drafter, 15)),
+        ("dflash", None),
+    ]
     who = []
-    for i, step in enumerate(gen):
+    for step in gen:
         who.append(step.proposer)
-        if i == 3:
-            gen.speculative = DFlashProposer(random_drafter, 5)
-        if i == 6:
-            gen.speculative = None
-        if i == 8:
-            gen.speculative = DFlashProposer(random_drafter, 15)
+        if plan and who[-1] == plan[0][0] and (who[-1] == "off" or who[-2:] == ["dflash"] * 2):
+            _, switch = plan.pop(0)
+            if switch is not None:
+                gen.speculative = switch()
     assert gen.tokens == plain
-    assert who[4:6] == ["dflash"] * 2 and who[7] == "off" and who[9] == "dflash", who
+    assert plan == [], who
     assert target.capture_layers == ()
 
 
@@ -403,3 +420,33 @@ def test_k_beyond_the_block_and_foreign_target_are_clear_errors(target, random_d
     assert DFlashProposer(small).k == 7
     with pytest.raises(EngineError, match="loaded for"):
         generate(make_target(seed=1), PROMPT, SamplingParams(max_tokens=4), speculative=DFlashProposer(small))
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_random_drafter_for_a_shallow_target(layers, tmp_path):
+    small = tiny_model("qwen3", vocab=VOCAB, num_layers=layers)
+    drafter = load_drafter(str(write_random_drafter(tmp_path, small, std=0.3)), small)
+    assert drafter.target_layer_ids == tuple(range(layers)), "every layer, once each"
+    sampling = SamplingParams(max_tokens=16)
+    plain = generate(small, PROMPT, sampling).tokens
+    for k in (1, 7, 15):
+        assert generate(small, PROMPT, sampling, speculative=DFlashProposer(drafter, k)).tokens == plain, k
+
+
+def test_drafts_reach_the_verify_step_as_a_tensor(target, random_drafter, monkeypatch):
+    verified = []
+    step = target.step
+
+    def recording(seq, ids, *args, **kw):
+        verified.append(ids)
+        return step(seq, ids, *args, **kw)
+
+    monkeypatch.setattr(target, "step", recording)
+    result = generate(
+        target, PROMPT, SamplingParams(max_tokens=8), speculative=DFlashProposer(random_drafter, 4)
+    )
+    drafting = [s for s in result.steps if s.drafts]
+    assert len(drafting) > 0
+    for step_, ids in zip(drafting, verified[1:]):  # verified[0] is the prompt
+        assert isinstance(ids, torch.Tensor), "the drafts are handed over as a tensor, not a list"
+        assert ids[1:].tolist() == step_.drafts

@@ -5,6 +5,10 @@ sets `capture_layers`); the states of verified tokens become the drafter's conte
 is one drafter pass over [last token, mask x (B-1)], whatever k: the first k of its B-1 greedy
 drafts are proposed. Drafts are deterministic given the context, so verification is the
 exact-match rule and sampled output equals plain sampled output.
+
+The drafts stay on the device: propose hands them to the verify step's input as a tensor
+(DeviceProposal.on_device) and reads the list the accept rule needs with one wait. On CUDA
+the whole drafter pass is one graph replay (engine/dflash_graphs.py).
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from pathlib import Path
 
 import torch
 
-from engine.dflash_model import DFlashConfig, DFlashDrafter, default_target_layer_ids, zlab_weight_shapes
+from engine.dflash_model import DFlashConfig, DFlashDrafter, distinct_target_layer_ids, zlab_weight_shapes
 from engine.errors import EngineError
 from engine.loader import read_safetensors
-from engine.proposers.base import Proposal, Proposer
+from engine.proposers.base import Proposer
+from engine.proposers.draft import DeviceProposal
 
 
 class DFlashProposer(Proposer):
@@ -59,16 +64,14 @@ class DFlashProposer(Proposer):
     def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
         self.pending.append(captured)
 
-    def propose(self, context: list[int], k: int) -> Proposal:
-        # The context projection runs here, not in observe, so the loop's propose time is the
+    def propose(self, context: list[int], k: int) -> DeviceProposal:
+        # The context extension runs here, not in observe, so the loop's propose time is the
         # whole drafter pass. The pending states are read before the target's next step, which
         # may overwrite them (CUDA graph output buffers).
-        if self.pending:
-            self.drafter.extend(torch.cat(self.pending))
-            self.pending = []
+        pending, self.pending = self.pending, []
+        on_device = self.drafter.draft(pending, context[-1])[:k]
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
-        logits = self.drafter.block(context[-1])
-        return Proposal(logits[:k].argmax(dim=-1).tolist())
+        return DeviceProposal(on_device.tolist(), None, on_device)
 
     def describe(self) -> str:
         return f"dflash {self.drafter.name} k={self.k}"
@@ -144,7 +147,8 @@ def write_random_drafter(
     """Write a random-weight drafter for `target` in z-lab's format (config.json + model.safetensors).
 
     Its drafts are noise: it shows that the DFlash path runs and what a pass costs, never how
-    well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do."""
+    well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do; it reads
+    distinct target layers, by z-lab's rule where the target is deep enough for it."""
     from safetensors.torch import save_file
 
     t = target.config
@@ -154,7 +158,7 @@ def write_random_drafter(
             "num_target_layers": t.num_layers,
             "dflash_config": {
                 "mask_token_id": t.vocab_size - 1 if mask_token_id is None else mask_token_id,
-                "target_layer_ids": default_target_layer_ids(t.num_layers, num_layers),
+                "target_layer_ids": distinct_target_layer_ids(t.num_layers, num_layers),
             },
             "num_hidden_layers": num_layers,
             "hidden_size": t.hidden_size,

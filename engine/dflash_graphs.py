@@ -1,0 +1,116 @@
+"""CUDA graphs of the DFlash drafter's pass: context extension, block, lm_head, argmax, as one replay.
+
+A step's pass takes the states of the n tokens the target just made final (n = accepted + 1,
+so 1..16) and the anchor, the last verified token. Its inputs live in two static buffers:
+
+    inputs [ block ids (B): anchor, mask x (B-1) | start | page table (every page of the pool) ]
+    states [16, len(capture_layers) * H]: the new tokens' target states, copied on the device
+
+`inputs` is filled by one host-to-device copy; the states never leave the device. The graph of
+n extends the context at positions start..start+n-1, then runs the block at start+n..; its
+outputs (the block's logits and greedy drafts) stay on the device. Graphs are captured on first
+use, one per n (0 for a pass with no new states), into the target's graph memory pool. A prompt
+longer than 16 tokens is projected op by op first (as the target's prefill runs eagerly), then
+the n = 0 graph drafts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+MAX_NEW = 16  # new states per step: up to 15 accepted drafts and the bonus
+
+
+class DrafterGraphs:
+    def __init__(self, drafter, mempool):
+        self.drafter = drafter
+        pool = drafter.pool
+        device = drafter.fc.weight.device
+        b = drafter.block_size
+        self.start_index, self.pages_index = b, b + 1
+        # the last page is never handed out: capture warm-ups write their K/V there
+        self.scratch_page = pool.free.pop()
+        self.host = torch.zeros(b + 1 + pool.num_pages, dtype=torch.long).pin_memory()
+        self.host_view = self.host.numpy()
+        self.inputs = torch.zeros(self.host.shape, dtype=torch.long, device=device)
+        self.ids = self.inputs[:b]
+        self.start = self.inputs[b : b + 1]
+        self.page_table = self.inputs[b + 1 :]
+        width = len(drafter.capture_layers) * drafter.config.shape.hidden_size
+        self.states = torch.zeros(MAX_NEW, width, dtype=drafter.fc.weight.dtype, device=device)
+        self.offsets = torch.arange(MAX_NEW, device=device)
+        self.loaded = torch.cuda.Event()
+        self.mempool = mempool
+        self.graphs: dict[int, tuple] = {}
+        self.captures = 0
+
+    @torch.inference_mode()
+    def run(
+        self, states: list[torch.Tensor], anchor: int | torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Extend the context by `states` (in order), draft the block after `anchor` (a token id or
+        a [1] device tensor): (logits [B-1, V], drafts [B-1]), the graph's static outputs (read
+        them before the next pass)."""
+        drafter, seq = self.drafter, self.drafter.seq
+        n = sum(s.shape[0] for s in states)
+        if n > MAX_NEW:
+            drafter.extend(torch.cat(states))
+            states, n = [], 0
+        graph, outputs = self._graph(n)
+        start = seq.length
+        seq.append(n + drafter.block_size)  # pages for the new states and the block
+        self._load(seq.pages, start, anchor)
+        row = 0
+        for s in states:  # device to device, behind the target's step that wrote them
+            self.states[row : row + s.shape[0]].copy_(s)
+            row += s.shape[0]
+        graph.replay()
+        seq.truncate(start + n)  # the block's K/V are not context
+        return outputs
+
+    def _load(self, pages: list[int], start: int, anchor: int | torch.Tensor) -> None:
+        """One host-to-device copy of the pass's inputs (the anchor too, unless it is on the device)."""
+        self.loaded.synchronize()  # the previous copy has left the pinned buffer
+        h = self.host_view
+        h[: self.start_index] = self.drafter.mask_token_id
+        on_device = isinstance(anchor, torch.Tensor)
+        if not on_device:
+            h[0] = anchor
+        h[self.start_index] = start
+        h[self.pages_index : self.pages_index + len(pages)] = pages
+        self.inputs.copy_(self.host, non_blocking=True)
+        self.loaded.record()
+        if on_device:
+            self.ids[:1].copy_(anchor.view(-1)[-1:])
+
+    def _graph(self, n: int):
+        if n not in self.graphs:
+            self.graphs[n] = self._capture(lambda: self._body(n))
+        return self.graphs[n]
+
+    def _body(self, n: int):
+        drafter = self.drafter
+        if n:
+            drafter._extend(self.states[:n], self.start + self.offsets[:n], self.page_table)
+        logits = drafter._fused_block(self.ids, self.start + n, self.page_table)
+        return logits, logits.argmax(dim=-1)
+
+    def _capture(self, body):
+        """Warm up (compiles the kernels) and capture `body`, both on scratch inputs: start 0 and
+        every page the scratch page, so nothing the live context owns is written."""
+        h = self.host_view
+        self.loaded.synchronize()
+        h[:] = 0
+        h[self.pages_index :] = self.scratch_page
+        self.inputs.copy_(self.host)
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            body()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.mempool):
+            outputs = body()
+        self.captures += 1
+        return graph, outputs

@@ -1,0 +1,159 @@
+"""DFlash on CUDA: the drafter's graphed pass equals its op-by-op pass, and the output never changes.
+
+float32 throughout: the graphed pass (context extension + block + lm_head + argmax, one replay)
+against the same drafter op by op and against the CPU reference; greedy and sampled output with
+a random drafter (and with one that foresees the reply, so long runs of drafts are accepted and
+every extension length gets its graph) equal to plain decoding; the verify step takes the drafts
+from the device.
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import DFlashProposer, SamplingParams, generate
+from engine.proposers.dflash import load_drafter, write_random_drafter
+from engine.runner import Model
+from tests.test_dflash import BLOCK, PROMPT, VOCAB, make_target
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = "cuda"
+
+
+def to_device(model: Model, eager: bool) -> Model:
+    decoder = copy.deepcopy(model.decoder).to(DEVICE)
+    return Model(decoder, model.config, name=model.name, max_context=model.max_context, eager=eager)
+
+
+def states_of(target: Model, drafter, ids: list[int]) -> torch.Tensor:
+    """The target's states at the drafter's capture layers for ids (a throwaway sequence)."""
+    seq = target.new_sequence()
+    target.capture_layers = drafter.capture_layers
+    try:
+        return target.forward(seq, torch.tensor(ids, device=target.device))[1]
+    finally:
+        target.capture_layers = ()
+        seq.release()
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def graphed(cpu):
+    return to_device(cpu, eager=False)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(cpu, tmp_path_factory):
+    return write_random_drafter(tmp_path_factory.mktemp("random"), cpu, num_layers=2, std=0.3)
+
+
+@pytest.fixture(scope="module")
+def drafter(graphed, checkpoint):
+    return load_drafter(str(checkpoint), graphed)
+
+
+def test_graphed_pass_equals_the_eager_pass_and_the_reference(cpu, graphed, drafter, checkpoint):
+    assert drafter.graphs is not None
+    reference = load_drafter(str(checkpoint), cpu)
+    ids = PROMPT * 3  # 36 tokens: a prompt too long for a graph, then steps of every size
+    states = states_of(graphed, drafter, ids)
+    cpu_states = states_of(cpu, reference, ids)
+    for before, new in [(0, 20), (20, 1), (21, 5), (0, 16), (16, 16), (3, 0)]:
+        anchor = ids[before + new] if before + new < len(ids) else 7
+        drafter.clear()
+        drafter.extend(states[:before])
+        logits, drafts = drafter.graphs.run([states[before : before + new]], anchor)
+        graph_logits, graph_drafts = logits.clone(), drafts.clone()
+        assert drafter.context_length == before + new
+        drafter.clear()
+        drafter.extend(states[: before + new])
+        eager = drafter.block(anchor)
+        torch.testing.assert_close(graph_logits, eager, rtol=1e-5, atol=1e-5)
+        assert torch.equal(graph_drafts, eager.argmax(dim=-1))
+        reference.clear()
+        reference.extend(cpu_states[: before + new])
+        torch.testing.assert_close(graph_logits.cpu(), reference.block(anchor), rtol=1e-4, atol=1e-4)
+    assert drafter.graphs.scratch_page not in drafter.seq.pages
+
+
+def test_anchor_may_come_from_the_device(graphed, drafter):
+    states = states_of(graphed, drafter, PROMPT)
+    drafter.clear()
+    from_host = drafter.graphs.run([states[:4], states[4:]], 9)[0].clone()
+    drafter.clear()
+    from_device = drafter.graphs.run([states], torch.tensor([9], device=DEVICE))[0]
+    torch.testing.assert_close(from_device, from_host, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("k", range(1, 16))
+def test_float32_greedy_output_equals_plain(cpu, graphed, drafter, k):
+    greedy = SamplingParams(max_tokens=32)
+    plain = generate(cpu, PROMPT, greedy).tokens
+    assert generate(graphed, PROMPT, greedy).tokens == plain
+    assert generate(graphed, PROMPT, greedy, speculative=DFlashProposer(drafter, k)).tokens == plain
+    assert graphed.capture_layers == ()
+
+
+def test_eager_cuda_drafter_keeps_the_output(cpu, checkpoint):
+    eager = to_device(cpu, eager=True)
+    drafter = load_drafter(str(checkpoint), eager)
+    assert drafter.graphs is None
+    greedy = SamplingParams(max_tokens=24)
+    plain = generate(cpu, PROMPT, greedy).tokens
+    for k in (1, 15):
+        assert generate(eager, PROMPT, greedy, speculative=DFlashProposer(drafter, k)).tokens == plain
+
+
+def test_sampled_output_equals_plain_sampled(graphed, drafter):
+    sampling = SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=32)
+    plain = generate(graphed, PROMPT, sampling).tokens
+    assert generate(graphed, PROMPT, sampling, speculative=DFlashProposer(drafter, 6)).tokens == plain
+
+
+def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint):
+    """The graphed pass still runs, but its logits are swapped (inside the graph) for the plain
+    reply's next tokens, wrong wherever the position is a multiple of 7: whole blocks are
+    accepted or refused part-way, so extensions of many lengths replay their graphs."""
+    greedy = SamplingParams(max_tokens=64)
+    plain = generate(cpu, PROMPT, greedy).tokens
+    full = torch.tensor(PROMPT + plain + [0] * 2 * BLOCK, device=DEVICE)
+    positions = torch.arange(full.shape[0], device=DEVICE)
+    foreseen = (full + (positions % 7 == 0).long()) % VOCAB
+    drafter = load_drafter(str(checkpoint), graphed)
+    block = drafter._fused_block
+
+    def foreseeing(ids, start, page_table):
+        block(ids, start, page_table)
+        drafts = foreseen[start + torch.arange(1, BLOCK, device=DEVICE)]
+        return F.one_hot(drafts, VOCAB).float()
+
+    drafter._fused_block = foreseeing
+    for k in (3, 15):
+        result = generate(graphed, PROMPT, greedy, speculative=DFlashProposer(drafter, k))
+        assert result.tokens == plain, k
+        assert max(result.metrics.histogram) >= 3
+    assert len(drafter.graphs.graphs) >= 4, sorted(drafter.graphs.graphs)
+
+
+def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypatch):
+    verified = []
+    step = graphed.step
+
+    def recording(seq, ids, *args, **kw):
+        verified.append(ids)
+        return step(seq, ids, *args, **kw)
+
+    monkeypatch.setattr(graphed, "step", recording)
+    result = generate(graphed, PROMPT, SamplingParams(max_tokens=12), speculative=DFlashProposer(drafter, 5))
+    drafting = [s for s in result.steps if s.drafts]
+    assert len(drafting) > 0
+    for s, ids in zip(drafting, verified[1:]):  # verified[0] is the prompt
+        assert isinstance(ids, torch.Tensor) and ids.device.type == "cuda"
+        assert ids[1:].tolist() == s.drafts
