@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.graphs import capture
+
 MAX_NEW = 16  # new states per step: up to 15 accepted drafts and the bonus
 
 
@@ -103,14 +105,5 @@ class DrafterGraphs:
         h[:] = 0
         h[self.pages_index :] = self.scratch_page
         self.inputs.copy_(self.host)
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            body()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.mempool):
-            outputs = body()
         self.captures += 1
-        return graph, outputs
+        return capture(body, self.mempool)

@@ -158,14 +158,20 @@ class StepGraphs:
         h[:] = 0
         h[PAGES:] = self.scratch_page
         self.inputs.copy_(self.host)
-        torch.cuda.synchronize()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            body()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.mempool):
-            outputs = body()
         self.captures += 1
-        return graph, outputs
+        return capture(body, self.mempool)
+
+
+def capture(body, mempool):
+    """(graph, outputs): `body` run once on a side stream (compiles kernels, settles the
+    allocator), then captured into `mempool`. Its inputs must already hold scratch values."""
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=mempool):
+        outputs = body()
+    return graph, outputs
