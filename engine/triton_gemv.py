@@ -16,9 +16,12 @@ and recomputes its norm, a few KB from L2, and the first program writes the new 
 stream. It rounds where the unfused kernel rounds, so the product sees the same input bit for
 bit. It pays only where the matrix is small (measured on the H200: 1.5B's q/k/v 4.5 us against
 5.1 us apart; larger matrices and SiLU folded into down lose, the recomputation costs more than
-a launch), so `norm_linear` folds there and runs two kernels elsewhere. Both paths accumulate in float32 and round once, as cuBLAS does;
-float32 weights multiply in IEEE float32 (no TF32), so a float32 model stays exact enough for
-token-for-token tests.
+a launch), so `norm_linear` folds there and runs two kernels elsewhere.
+
+Both kernels accumulate in float32 and round once, as cuBLAS does; float32 weights multiply in
+IEEE float32 (no TF32), so a float32 model stays exact enough for token-for-token tests. They
+are not batch-invariant: a row's bf16 result can differ in the last bit between the one-row
+and the 16-row kernel, so at a near-tie a verified token can differ from the decoded one.
 """
 
 from __future__ import annotations
