@@ -161,15 +161,22 @@ class Generation:
         room = model.max_context - len(context)
         k = min(proposer.k if proposer else 0, MAX_K, remaining - 1, room - 1)
         t0 = time.perf_counter()
+        start = device_mark(model.device)
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
-        drafts = proposal.drafts[:k]
         t1 = time.perf_counter()
-        ids = [last, *drafts]
         on_device = getattr(proposal, "on_device", None)
-        if drafts and on_device is not None and on_device.device == model.device:
-            # the drafts go from the drafter's output to the verify step's input on the device
-            ids = torch.cat((on_device.new_tensor([last]), on_device[: len(drafts)]))
-        out = model.step(seq, ids, sampling)
+        if on_device is not None and on_device.device == model.device:
+            # the drafts go from the drafter's output to the verify step's input on the device,
+            # and come back to the host with the verified tokens: one wait for the whole step
+            drafted = device_mark(model.device)
+            head = torch.full((1,), last, dtype=torch.long, device=model.device)
+            out = model.step(seq, torch.cat((head, on_device[:k])), sampling)
+            drafts = proposal.drafts[:k]
+            if start is not None:  # the host did not wait for the drafter: the device says how long it took
+                t1 = t0 + start.elapsed_time(drafted) / 1e3
+        else:
+            drafts = proposal.drafts[:k]
+            out = model.step(seq, [last, *drafts], sampling)
         targets = self._targets(out, drafts, proposal, len(context))
         t2 = time.perf_counter()
         accepted = 0
@@ -190,7 +197,8 @@ class Generation:
         device = out.logits.device
         k = len(drafts)
         p = self.model.probabilities(out.logits, self.sampling)
-        d = torch.tensor(drafts, device=device)
+        on_device = getattr(proposal, "on_device", None)
+        d = on_device[:k] if on_device is not None and on_device.device == device else torch.tensor(drafts, device=device)
         positions = torch.arange(position, position + k, device=device)
         return accept_tokens(p, proposal.q[:k].to(device), d, out.tokens[k], positions, self.sampling).tolist()
 
@@ -208,6 +216,16 @@ class Generation:
         self.tokens.extend(step.tokens)
         self.metrics.add(step)
         return step
+
+
+def device_mark(device: torch.device):
+    """A CUDA event recorded now on the device's stream (None elsewhere): where the device has
+    got to, for timing work the host queued without waiting for it."""
+    if device.type != "cuda":
+        return None
+    mark = torch.cuda.Event(enable_timing=True)
+    mark.record()
+    return mark
 
 
 def stream(model, ids, sampling=None, stop_ids=(), speculative=None) -> Generation:

@@ -136,9 +136,10 @@ def test_a_draft_chain_syncs_once_per_proposal(tmp_path):
     proposer.propose(context, 6)  # prefill and capture
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         proposal = proposer.propose(context + proposal_tail(proposer, context), 6)
+        drafts = proposal.drafts  # the generation loop reads them once the verify step is queued
         torch.cuda.synchronize()
     back = [c for c in memcpys(prof, tmp_path / "chain.json") if "DtoH" in c[0]]
-    assert len(proposal.drafts) == 6
+    assert len(drafts) == 6
     assert len(back) == 1 and back[0][1] == 8 * 6, back
 
 

@@ -258,3 +258,26 @@ def test_a_stop_inside_a_plain_run_ends_the_reply_there(target):
     first = free.index(stop)
     gen, steps = plain_in_runs(target, PLAIN_PROMPT, GREEDY, stop_ids=[stop])
     assert gen.tokens == free[: first + 1] and steps[-1].finished == "stop"
+
+
+def test_the_verify_step_takes_the_drafts_before_the_host_reads_them(target, draft, monkeypatch):
+    # drafts left on the device go into the verify step as they are; the host reads them with
+    # the verified tokens, so a step waits for the device once
+    proposer = DraftProposer(draft, k=4)
+    proposals, unread = [], []
+    propose, step = proposer.propose, target.step
+
+    def spy_propose(context, k):
+        proposals.append(propose(context, k))
+        return proposals[-1]
+
+    def spy_step(seq, ids, *args, **kwargs):
+        if proposals and len(ids) > 1:
+            unread.append(isinstance(ids, torch.Tensor) and proposals[-1]._drafts is None)
+        return step(seq, ids, *args, **kwargs)
+
+    monkeypatch.setattr(proposer, "propose", spy_propose)
+    monkeypatch.setattr(target, "step", spy_step)
+    result = generate(target, REPEATING, GREEDY, speculative=proposer)
+    assert unread and all(unread)
+    assert result.tokens == plain(target, REPEATING)

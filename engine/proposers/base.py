@@ -23,6 +23,23 @@ class Proposal:
     q: torch.Tensor | None = None  # [len(drafts), V]: the distribution each draft was sampled from
 
 
+class DeviceProposal(Proposal):
+    """Drafts left where the drafter sampled them. The verify step takes them from there, and
+    the host copies them out (`drafts`) only when it needs the list, after the verify step is
+    queued: a step then waits for the device once, for drafts and verified tokens together."""
+
+    def __init__(self, on_device: torch.Tensor, q: torch.Tensor | None = None):
+        self.on_device = on_device  # [n] token ids
+        self.q = q
+        self._drafts: list[int] | None = None
+
+    @property
+    def drafts(self) -> list[int]:
+        if self._drafts is None:
+            self._drafts = self.on_device.tolist()
+        return self._drafts
+
+
 class Proposer:
     """propose(context, k) -> Proposal; observe(context) after each step; reset(context) at the start.
 

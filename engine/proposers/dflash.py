@@ -7,7 +7,7 @@ drafts are proposed. Drafts are deterministic given the context, so verification
 exact-match rule and sampled output equals plain sampled output.
 
 The drafts stay on the device: propose hands them to the verify step's input as a tensor
-(DeviceProposal.on_device) and reads the list the accept rule needs with one wait. On CUDA
+(DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
 the whole drafter pass is one graph replay (engine/dflash_graphs.py).
 """
 
@@ -22,8 +22,7 @@ import torch
 from engine.dflash_model import DFlashConfig, DFlashDrafter, distinct_target_layer_ids, zlab_weight_shapes
 from engine.errors import EngineError
 from engine.loader import read_safetensors
-from engine.proposers.base import Proposer
-from engine.proposers.draft import DeviceProposal
+from engine.proposers.base import DeviceProposal, Proposer
 
 
 class DFlashProposer(Proposer):
@@ -71,7 +70,7 @@ class DFlashProposer(Proposer):
         pending, self.pending = self.pending, []
         on_device = self.drafter.draft(pending, context[-1])[:k]
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
-        return DeviceProposal(on_device.tolist(), None, on_device)
+        return DeviceProposal(on_device)
 
     def describe(self) -> str:
         return f"dflash {self.drafter.name} k={self.k}"

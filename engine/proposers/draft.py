@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from engine.errors import EngineError
-from engine.proposers.base import Proposal, Proposer
+from engine.proposers.base import DeviceProposal, Proposer
 from engine.sampling import DRAFT, SamplingParams, probabilities
 
 GREEDY = SamplingParams()
-
-
-@dataclass
-class DeviceProposal(Proposal):
-    on_device: torch.Tensor | None = None  # the drafts where the drafter sampled them [k]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -39,7 +32,10 @@ class DraftProposer(Proposer):
         self.sample = sample
         self.sampling = GREEDY
         self.seq = model.new_sequence()
-        self.seen: list[int] = []  # tokens whose K/V are in the draft's cache, in order
+        # the tokens whose K/V are in the draft's cache, in order: the context of the last
+        # proposal, then its drafts but the last, read from the proposal when next needed
+        self.context: list[int] = []
+        self.last: DeviceProposal | None = None
 
     @property
     def sampled_drafts(self) -> bool:
@@ -51,15 +47,20 @@ class DraftProposer(Proposer):
 
     def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
         self.seq.release()
-        self.seen = []
+        self.context, self.last = [], None
 
     def detach(self, target) -> None:
         self.reset([])
 
-    def propose(self, context: list[int], k: int) -> Proposal:
+    @property
+    def seen(self) -> list[int]:
+        return self.context + (self.last.drafts[:-1] if self.last is not None else [])
+
+    def propose(self, context: list[int], k: int) -> DeviceProposal:
         # Rewind to what the target accepted; then run the accepted tokens not yet seen (at least
         # the last one, whose logits give the first draft), then a chain of k - 1 one-token
-        # steps, each fed on the device by the one before: the host waits once, at the end.
+        # steps, each fed on the device by the one before. Nothing is read back here: the drafts
+        # go to the verify step on the device, and the host reads them with its results.
         keep = min(common_prefix(self.seen, context), len(context) - 1)
         self.seq.truncate(keep)
         out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, stream=DRAFT)
@@ -70,11 +71,9 @@ class DraftProposer(Proposer):
             rest = self.model.chain(self.seq, tokens[0], k - 1, self.sampling, DRAFT)
             tokens.append(rest.tokens)
             logits.append(rest.logits)
-        on_device = torch.cat(tokens)
-        drafts = on_device.tolist()
         q = probabilities(torch.cat(logits), self.sampling) if self.sampled_drafts else None
-        self.seen = context + drafts[:-1]
-        return DeviceProposal(drafts, q, on_device)
+        self.context, self.last = list(context), DeviceProposal(torch.cat(tokens), q)
+        return self.last
 
     def describe(self) -> str:
         return f"draft {self.model.name} k={self.k}" + (" sampled" if self.sample else "")
