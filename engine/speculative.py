@@ -153,7 +153,9 @@ class Generation:
         first = torch.tensor(context[-1:], device=model.device)
         tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()
         each = (time.perf_counter() - t0) / n
-        return [Step([token], [], 0, "plain", 0, "off", 0.0, each, len(context) + i) for i, token in enumerate(tokens)]
+        return [
+            Step([token], [], 0, "plain", 0, "off", 0.0, each, len(context) + i) for i, token in enumerate(tokens)
+        ]
 
     def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
         model, sampling, proposer = self.model, self.sampling, self._active
@@ -197,10 +199,12 @@ class Generation:
         device = out.logits.device
         k = len(drafts)
         p = self.model.probabilities(out.logits, self.sampling)
-        on_device = getattr(proposal, "on_device", None)
-        d = on_device[:k] if on_device is not None and on_device.device == device else torch.tensor(drafts, device=device)
+        d = getattr(proposal, "on_device", None)
+        if d is None or d.device != device:
+            d = torch.tensor(drafts, device=device)
         positions = torch.arange(position, position + k, device=device)
-        return accept_tokens(p, proposal.q[:k].to(device), d, out.tokens[k], positions, self.sampling).tolist()
+        q = proposal.q[:k].to(device)
+        return accept_tokens(p, q, d[:k], out.tokens[k], positions, self.sampling).tolist()
 
     def _emit(self, step: Step) -> Step:
         """Cut the step's tokens where plain decoding would have stopped, and count them."""
