@@ -16,7 +16,6 @@ import torch
 
 from engine.kv_cache import PagePool
 
-
 MAX_DECODE_TOKENS = 16  # steps up to this many tokens use the paged kernel; longer ones, prefill
 
 
@@ -29,6 +28,9 @@ class StepContext:
     backend: str = "torch"
     page_table: torch.Tensor | None = None  # triton: [pages] int64, the sequence's pages in order
     start: torch.Tensor | None = None  # triton: [1] int64, position of the step's first token
+    # triton: keys per attention split when the step must be batch-invariant (0: splits sized to
+    # the context, the fastest); with it, the linears too compute every row the same way
+    invariant_chunk: int = 0
 
 
 def paged_attention(
@@ -75,7 +77,8 @@ def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch
         from engine.triton_attention import paged_decode_attention
 
         return paged_decode_attention(
-            q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale, ctx.causal
+            q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale, ctx.causal,
+            chunk=ctx.invariant_chunk,
         )
     return prefill_attention(q, k_cache[ctx.context_slots], v_cache[ctx.context_slots], ctx.causal, scale)
 

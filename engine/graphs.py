@@ -127,7 +127,9 @@ class StepGraphs:
                 del self.graphs[key]
 
     def _context(self) -> StepContext:
-        return StepContext(self.model.pool, None, None, True, "triton", self.page_table, self.start)
+        model = self.model
+        return StepContext(model.pool, None, None, True, "triton", self.page_table, self.start,
+                           model.invariant_chunk)
 
     def _step_body(self, shape, sampling, stream):
         _, t, capture = shape

@@ -37,11 +37,13 @@ def load_model(
     max_context: int = 4096,
     progress=None,
     eager: bool = False,
+    batch_invariant: bool = False,
 ) -> Model:
     """Load a model by pack name (`smollm2-135m`), local HF directory, GGUF file or hub id.
 
     device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
-    runs CUDA steps op by op instead of replaying CUDA graphs."""
+    runs CUDA steps op by op instead of replaying CUDA graphs; batch_invariant=True makes a bf16
+    reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
     from engine import packs
 
     device = device or default_device()
@@ -67,7 +69,8 @@ def load_model(
         decoder.lm_head.weight = decoder.embed_tokens.weight
     decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
     decoder.eval()
-    return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context, eager=eager)
+    return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context, eager=eager,
+                 batch_invariant=batch_invariant)
 
 
 def model_name(name_or_path: str) -> str:

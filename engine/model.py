@@ -44,11 +44,11 @@ class RMSNorm(nn.Module):
         return add_rms_norm(x, residual, self.weight, self.eps)
 
 
-def fast_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+def fast_linear(module: nn.Linear, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
     """The module's product through the step kernels (CUDA: 1..16 rows; more go to cuBLAS)."""
     from engine.triton_gemv import linear
 
-    return linear(x, module.weight, module.bias)
+    return linear(x, module.weight, module.bias, invariant)
 
 
 @functools.cache
@@ -100,7 +100,7 @@ class Attention(nn.Module):
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
         )
         out = attend(q, self.layer, ctx, self.scale)
-        return fast_linear(self.o_proj, out.reshape(t, self.q_size))
+        return fast_linear(self.o_proj, out.reshape(t, self.q_size), ctx.invariant_chunk > 0)
 
 
 class MLP(nn.Module):
@@ -133,13 +133,14 @@ class DecoderLayer(nn.Module):
         from engine.triton_gemv import linear, norm_linear
         from engine.triton_ops import silu_mul
 
-        attn, mlp = self.self_attn, self.mlp
+        attn, mlp, same = self.self_attn, self.mlp, ctx.invariant_chunk > 0
         norm = self.input_layernorm
-        qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias)
+        qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias,
+                                    same)
         x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
-        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight)
-        return linear(silu_mul(gate_up), mlp.down_proj.weight), residual
+        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None, same)
+        return linear(silu_mul(gate_up), mlp.down_proj.weight, None, same), residual
 
 
 class Decoder(nn.Module):
@@ -152,6 +153,7 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.batch_invariant = False  # set by Model: every step of 1..16 rows computes each row alike
         self._inv_freq: dict[torch.device, torch.Tensor] = {}
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
@@ -210,7 +212,7 @@ class Decoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if hidden.is_cuda and triton_available():
-            return fast_linear(self.lm_head, hidden).float()
+            return fast_linear(self.lm_head, hidden, self.batch_invariant).float()
         return self.lm_head(hidden).float()
 
     @torch.no_grad()

@@ -42,6 +42,9 @@ class Model:
     max_context: int = 4096
     capture_layers: tuple[int, ...] = ()  # set while a DFlash drafter is attached
     eager: bool = False  # CUDA: run every step op by op (no CUDA graphs)
+    # CUDA: compute every row of a 1..16-token step the same way whatever the step's length, so
+    # bf16 output with speculation is plain decoding's bit for bit (decode steps get slower)
+    batch_invariant: bool = False
     pool: PagePool = field(init=False)
 
     def __post_init__(self):
@@ -55,6 +58,12 @@ class Model:
             cfg.num_layers, num_pages + graphed, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype,
             self.device,
         )
+        self.invariant_chunk = 0  # keys per attention split in batch-invariant steps
+        if self.batch_invariant and self.backend == "triton":
+            from engine.triton_attention import invariant_chunk
+
+            self.invariant_chunk = invariant_chunk(self.pool.num_pages * PAGE_SIZE, cfg.num_kv_heads)
+        self.decoder.batch_invariant = self.invariant_chunk > 0
         self.graphs = None
         if graphed:
             from engine.graphs import StepGraphs
@@ -90,7 +99,7 @@ class Model:
             return StepContext(self.pool, slots[start:], slots, causal)
         pages = torch.tensor(seq.pages, dtype=torch.long).to(self.device, non_blocking=True)
         first = torch.tensor([start], dtype=torch.long).to(self.device, non_blocking=True)
-        return StepContext(self.pool, None, slots, causal, "triton", pages, first)
+        return StepContext(self.pool, None, slots, causal, "triton", pages, first, self.invariant_chunk)
 
     @torch.inference_mode()
     def step(

@@ -22,18 +22,23 @@ BLOCK_N = 32  # keys per inner iteration (swept on an H200: 32 beat 64 at 1K con
 @triton.jit
 def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
-    T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, PS: tl.constexpr,
-    SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, FP32: tl.constexpr,
+    T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr,
+    PS: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    FP32: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
+    group = tl.program_id(2)  # which M rows of the ROWS (one group unless the split is fixed)
     start = tl.load(start_ptr)
     length = start + T
-    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    if CHUNK > 0:  # fixed: a key's split does not depend on the step's length
+        chunk = CHUNK
+    else:
+        chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
     lo = split * chunk
     hi = tl.minimum(lo + chunk, length)
 
-    rows = tl.arange(0, M)  # row r: token r // G, query head kvh * G + r % G
+    rows = group * M + tl.arange(0, M)  # row r: token r // G, query head kvh * G + r % G
     real = rows < T * G
     token = rows // G
     head = kvh * G + rows % G
@@ -79,7 +84,7 @@ def _attend_split(
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
-    part = (split * KVH + kvh) * M + rows
+    part = (split * KVH + kvh) * ROWS + rows
     tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None])
     tl.store(part_lse_ptr + part, lse, mask=real)
 
@@ -87,13 +92,13 @@ def _attend_split(
 @triton.jit
 def _merge_splits(
     part_out_ptr, part_lse_ptr, out_ptr,
-    G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, SPLITS: tl.constexpr,
+    G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr, SPLITS: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     row = tl.program_id(1)
     splits = tl.arange(0, SPLITS)
     d = tl.arange(0, D)
-    part = (splits * KVH + kvh) * M + row
+    part = (splits * KVH + kvh) * ROWS + row
     lse = tl.load(part_lse_ptr + part)
     live = lse > float("-inf")
     top = tl.max(lse, 0)
@@ -123,22 +128,42 @@ def paged_decode_attention(
     causal: bool = True,
     splits: int | None = None,
     block_n: int = BLOCK_N,
+    chunk: int = 0,
 ) -> torch.Tensor:
     """Attention of T <= 16 new queries to the whole context ([T, H, D]); causal within the step
-    (query i sees keys up to start + i) or, with causal=False, every key of the context."""
+    (query i sees keys up to start + i) or, with causal=False, every key of the context.
+
+    chunk > 0 makes a query's result independent of how many queries the step has (batch
+    invariance): every split covers `chunk` keys wherever the context ends (chunk x splits must
+    cover the longest context), and the query rows go in groups of 16, the tile a decode step
+    uses, so a verified token's attention is the decoded one's bit for bit."""
     t, h, d = q.shape
     kvh = k_cache.shape[1]
     g = h // kvh
-    m = max(16, triton.next_power_of_2(t * g))
-    splits = splits or num_splits(kvh, m)
-    part_out = torch.empty((splits, kvh, m, d), dtype=torch.float32, device=q.device)
-    part_lse = torch.empty((splits, kvh, m), dtype=torch.float32, device=q.device)
+    if chunk:
+        m = 16
+        groups = -(-(t * g) // m)
+        splits = splits or num_splits(kvh, m)
+    else:
+        m = max(16, triton.next_power_of_2(t * g))
+        groups = 1
+        splits = splits or num_splits(kvh, m)
+    rows = m * groups
+    part_out = torch.empty((splits, kvh, rows, d), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((splits, kvh, rows), dtype=torch.float32, device=q.device)
     fp32 = q.dtype == torch.float32
-    _attend_split[(kvh, splits)](
+    _attend_split[(kvh, splits, groups)](
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
-        T=t, G=g, KVH=kvh, D=d, M=m, PS=page_size, SPLITS=splits, BLOCK_N=block_n, CAUSAL=causal, FP32=fp32,
-        num_warps=4 if m * d <= 64 * 128 else 8,
+        T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
+        CAUSAL=causal, FP32=fp32, num_warps=4 if m * d <= 64 * 128 else 8,
     )
     out = torch.empty_like(q)
-    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, M=m, SPLITS=splits, num_warps=4)
+    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4)
     return out
+
+
+def invariant_chunk(max_context: int, num_kv_heads: int, block_n: int = BLOCK_N) -> int:
+    """Keys per split for batch-invariant attention: the decode step's split count spread over
+    the longest context the pool holds (a multiple of the keys per iteration)."""
+    splits = num_splits(num_kv_heads, 16)
+    return -(-(-(-max_context // splits)) // block_n) * block_n

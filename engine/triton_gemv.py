@@ -128,14 +128,23 @@ def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> tuple[
     return (32 if n > 2048 else 16), min(512, block_k), 4, 4
 
 
+def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """The 16-row kernel's settings for every step length (cuBLAS's shapes too): a row's result
+    then does not depend on how many rows share its step."""
+    return gemm16_config(n, k, dtype) or (16, min(512, triton.next_power_of_2(k)), 4, 4)
+
+
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
-           config=None):
+           config=None, invariant=False):
     """Run the kernel for x's rows into out; config overrides the measured launch settings.
-    Prologues only for one row (over 16 rows, folding costs the product more than it saves)."""
+    Prologues only for one row (over 16 rows, folding costs the product more than it saves).
+    invariant: one row too goes through the 16-row kernel (see `linear`)."""
     t = x.shape[0]
     n, k = weight.shape
     b = bias if bias is not None else weight
-    if t == 1:
+    if invariant:
+        config = config or invariant_config(n, k, x.dtype)
+    if t == 1 and not invariant:
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
         _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
@@ -162,13 +171,18 @@ def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return gemm16_config(n, k, x.dtype) is not None
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, K] @ weight[N, K].T (+ bias): [T, N]. Steps of more than 16 rows go to cuBLAS."""
-    if not _fits(x, weight):
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           invariant: bool = False) -> torch.Tensor:
+    """x [T, K] @ weight[N, K].T (+ bias): [T, N]. Steps of more than 16 rows go to cuBLAS.
+
+    invariant: every step of 1..16 rows through the 16-row kernel with the same settings, so a
+    row's result is the same bits whatever the step's length (slower for one row than the GEMV)."""
+    invariant = invariant and x.is_cuda and x.shape[0] <= MAX_ROWS
+    if not (invariant or _fits(x, weight)):
         return torch.nn.functional.linear(x, weight, bias)
     x = x if x.stride(-1) == 1 else x.contiguous()
     out = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
-    return launch(x, weight, bias, out)
+    return launch(x, weight, bias, out, invariant=invariant)
 
 
 def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -177,15 +191,16 @@ def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                weight: torch.Tensor, bias: torch.Tensor | None = None, invariant: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
     stream is a new tensor (programs read the old one while the first writes the sum); x itself
     when residual is None, the stream's start. Otherwise residual is updated in place."""
     from engine.triton_ops import add_rms_norm
 
-    if not folds_norm(x, weight):
+    if invariant or not folds_norm(x, weight):
         h, stream = add_rms_norm(x, residual, norm_weight, eps)
-        return linear(h, weight, bias), stream
+        return linear(h, weight, bias, invariant), stream
     x = x.contiguous()
     stream = x if residual is None else torch.empty_like(x)
     out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)

@@ -10,6 +10,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+BATCH_INVARIANT_HELP = (
+    "GPU: compute each token the same way in decode and verify steps, so bf16 replies with "
+    "speculation are plain decoding's exactly (slower decode steps)"
+)
+
 DEFAULT_KS = [1, 2, 4, 7, 10, 15]
 COMPARE_KS = [2, 4, 8]
 RANDOM = "random"
@@ -30,6 +35,7 @@ def add_common_arguments(
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     p.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    p.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
     p.add_argument(
         "--threads",
         type=int,
@@ -118,7 +124,8 @@ def load_models(args):
     if args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     target = load_model(
-        args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note
+        args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note,
+        batch_invariant=args.batch_invariant,
     )
     draft = None
     if args.draft:

@@ -27,7 +27,8 @@ def load_target(args, progress=progress_line):
     if args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
-                      progress=progress, eager=getattr(args, "eager", False))
+                      progress=progress, eager=getattr(args, "eager", False),
+                      batch_invariant=getattr(args, "batch_invariant", False))
 
 
 def proposer_from(args, target, progress=progress_line):

@@ -21,9 +21,10 @@ pytestmark = pytest.mark.gpu
 PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2, 7, 5, 9]
 
 
-def on_cuda(model: Model, eager: bool, dtype=torch.float32) -> Model:
+def on_cuda(model: Model, eager: bool, dtype=torch.float32, batch_invariant=False) -> Model:
     decoder = copy.deepcopy(model.decoder).to("cuda", dtype)
-    return Model(decoder, model.config, name=model.name, max_context=model.max_context, eager=eager)
+    return Model(decoder, model.config, name=model.name, max_context=model.max_context, eager=eager,
+                 batch_invariant=batch_invariant)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +147,31 @@ def test_a_draft_chain_syncs_once_per_proposal(tmp_path):
 def proposal_tail(proposer, context) -> list[int]:
     """Two tokens as if the target had accepted the first two drafts."""
     return proposer.seen[len(context) : len(context) + 2]
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_batch_invariant_steps_give_a_token_the_same_logits_decoded_or_verified(eager):
+    model = on_cuda(tiny_model("qwen3", seed=6), eager, torch.bfloat16, batch_invariant=True)
+    greedy = SamplingParams()
+    seq = model.new_sequence()
+    tokens = [int(model.step(seq, PROMPT, greedy, last_only=True).tokens[-1])]
+    decoded = []
+    for _ in range(15):
+        out = model.step(seq, tokens[-1:], greedy)
+        decoded.append(out.logits[0].clone())
+        tokens.append(int(out.tokens[0]))
+    seq.truncate(len(PROMPT))
+    verified = model.step(seq, tokens[:15], greedy).logits  # the same tokens as one 15-token step
+    for i in range(15):
+        assert torch.equal(verified[i], decoded[i]), i  # bf16, bit for bit
+
+
+def test_batch_invariant_bf16_speculation_gives_plain_decodings_tokens():
+    cpu = tiny_model("qwen3", seed=6)
+    model = on_cuda(cpu, False, torch.bfloat16, batch_invariant=True)
+    draft = on_cuda(tiny_model("qwen3", seed=7), False, torch.bfloat16)
+    for sampling in (SamplingParams(max_tokens=60), SamplingParams(temperature=0.8, seed=3, max_tokens=60)):
+        plain = generate(model, PROMPT, sampling).tokens
+        for k in (1, 4, 15):
+            assert generate(model, PROMPT, sampling, speculative=NgramProposer(k=k)).tokens == plain, k
+            assert generate(model, PROMPT, sampling, speculative=DraftProposer(draft, k=k)).tokens == plain, k

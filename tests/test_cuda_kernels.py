@@ -202,3 +202,47 @@ def test_long_steps_fall_back_to_cublas(device):
     out, stream = norm_linear(x, residual, torch.ones(64, device=device), 1e-6, torch.eye(64, device=device))
     assert torch.allclose(stream, stream_expect)
     assert torch.allclose(out, RMSNorm(64, 1e-6).to(device)(stream_expect), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(32, 8, 128), (12, 2, 128), (14, 2, 64)])
+def test_fixed_splits_make_a_query_independent_of_its_step(dtype, heads, device):
+    from engine.triton_attention import invariant_chunk, paged_decode_attention
+
+    h, kvh, d = heads
+    length, t = 700, 16
+    chunk = invariant_chunk(1024, kvh)
+    k_cache, v_cache, pages, slots = paged_cache(length, kvh, d, dtype, device)
+    q = torch.randn(t, h, d, dtype=dtype, device=device)
+    start = length - t
+
+    def attend(rows, first):
+        at = torch.tensor([first], device=device)
+        return paged_decode_attention(rows, k_cache, v_cache, pages, at, PAGE, d**-0.5, True, chunk=chunk)
+
+    verify = attend(q, start)
+    ref = reference_attention(q, k_cache[slots], v_cache[slots], True, d**-0.5)
+    assert rel_err(verify, ref) < TOL[dtype]
+    for i in (0, 5, 15):
+        # bit for bit: a query's result does not depend on how many queries share its step
+        assert torch.equal(attend(q[i : i + 1], start + i)[0], verify[i]), i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (1536, 8960, False), (151936, 896, False), (300, 80, True)])
+def test_invariant_linears_give_a_row_the_same_bits_in_any_step(dtype, n, k, bias, device):
+    from engine.triton_gemv import linear, norm_linear
+
+    x = torch.randn(16, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
+    b = torch.randn(n, dtype=dtype, device=device) if bias else None
+    verify = linear(x, w, b, invariant=True)
+    assert rel_err(verify, torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())
+                   ) < TOL[dtype] / 4
+    norm_w = 1 + 0.1 * torch.randn(k, dtype=dtype, device=device)
+    residual = torch.randn(16, k, dtype=dtype, device=device)
+    normed, _ = norm_linear(x, residual.clone(), norm_w, 1e-6, w, b, invariant=True)
+    for i in (0, 7, 15):
+        assert torch.equal(linear(x[i : i + 1], w, b, invariant=True)[0], verify[i]), i
+        row, _ = norm_linear(x[i : i + 1], residual[i : i + 1].clone(), norm_w, 1e-6, w, b, invariant=True)
+        assert torch.equal(row[0], normed[i]), i

@@ -44,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-transformers", action="store_true", help="skip transformers' forward")
     p.add_argument("--no-eager", action="store_true", help="skip the eager step")
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="time the steps that compute every row alike whatever the step's length")
     return p
 
 
@@ -53,15 +55,19 @@ def main(argv: list[str]) -> int:
         raise EngineError("the step bench needs a CUDA GPU")
     room = max(args.contexts) + 64
     if args.random:
-        model = random_model(preset(args.random), device="cuda", dtype=torch.bfloat16, max_context=room)
+        model = random_model(preset(args.random), device="cuda", dtype=torch.bfloat16, max_context=room,
+                             batch_invariant=args.batch_invariant)
         name = f"{args.random}-shaped (random bf16)"
     else:
         from engine.loader import load_model
 
-        model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room)
+        model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room,
+                           batch_invariant=args.batch_invariant)
         name = f"{model.name} (bf16)"
     for cache in (model.pool.k, model.pool.v):
         cache.normal_()  # never time on zeros
+    if args.batch_invariant:
+        name += ", batch-invariant steps"
     result = {"model": name, "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name()}
     result["weight_bytes"] = weight_bytes(model)
     result["copy_gbps"] = copy_bandwidth() / 1e9
