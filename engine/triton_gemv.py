@@ -115,10 +115,11 @@ def gemv_config(n: int, k: int, prologue: int = 0) -> tuple[int, int, int, int]:
     return block_n, min(512 if n >= 16384 else 1024, triton.next_power_of_2(k)), 4, 3
 
 
-def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> tuple[int, int, int, int] | None:
+def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16, cublas: bool = True
+                  ) -> tuple[int, int, int, int] | None:
     """(rows per program, K per iteration, warps, stages) for 2..16 activation rows; None where
-    cuBLAS does as well (few output rows over a long K leave too few programs)."""
-    if n <= 2048 and k >= 4096:
+    cuBLAS does as well (few output rows over a long K leave too few programs), if allowed."""
+    if cublas and n <= 2048 and k >= 4096:
         return None
     block_k = triton.next_power_of_2(k)
     if dtype == torch.float32:  # tests only: tiles that fit shared memory at four bytes
@@ -131,7 +132,7 @@ def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16) -> tuple[
 def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """The 16-row kernel's settings for every step length (cuBLAS's shapes too): a row's result
     then does not depend on how many rows share its step."""
-    return gemm16_config(n, k, dtype) or (16, min(512, triton.next_power_of_2(k)), 4, 4)
+    return gemm16_config(n, k, dtype, cublas=False)
 
 
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
