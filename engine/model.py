@@ -8,7 +8,7 @@ Two paths compute the same function. `forward` is the torch reference (any devic
 transformers in float32). With ctx.backend "triton" (CUDA) the layers run `fused_forward`: the
 residual add rides in the next RMSNorm's kernel, q/k norm + RoPE + the K/V write are one
 kernel, SiLU * up another, attention reads the paged cache in place, and the linear layers of
-steps up to 16 tokens run batch-1 kernels of engine/triton_gemv.py on the same weights.
+steps up to 16 tokens run the step kernels of engine/triton_gemv.py on the same weights.
 """
 
 from __future__ import annotations
@@ -133,14 +133,16 @@ class DecoderLayer(nn.Module):
         from engine.triton_gemv import linear, norm_linear
         from engine.triton_ops import silu_mul
 
-        attn, mlp, same = self.self_attn, self.mlp, ctx.invariant_chunk > 0
+        attn, mlp = self.self_attn, self.mlp
+        invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike
         norm = self.input_layernorm
         qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias,
-                                    same)
+                                    invariant)
         x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
-        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None, same)
-        return linear(silu_mul(gate_up), mlp.down_proj.weight, None, same), residual
+        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
+                                        invariant)
+        return linear(silu_mul(gate_up), mlp.down_proj.weight, None, invariant), residual
 
 
 class Decoder(nn.Module):
