@@ -2,7 +2,9 @@
 
 `StepContext` carries where this step's keys and values go (slot_mapping) and where the
 whole context lives (context_slots), so `Decoder.forward(ids, positions, ctx)` stays clean.
-The torch path here is the reference: it gathers the context's K/V through the page table.
+The torch path reads the context's K/V through the page table (a view of the pool when the
+sequence's pages are consecutive, a gather otherwise) into torch's fused attention;
+`reference_attention` spells the same function out, for the kernels' tests.
 With backend "triton" (CUDA) the layer writes K/V itself (engine/triton_ops.qk_rope_store) and
 `attend` reads them in place through a device page table (engine/triton_attention), which is
 what lets a step be captured in a CUDA graph; it must match the reference.
@@ -31,6 +33,9 @@ class StepContext:
     # triton: keys per attention split when the step must be batch-invariant (0: splits sized to
     # the context, the fastest); with it, the linears too compute every row the same way
     invariant_chunk: int = 0
+    # torch: slot of position 0 when the context's slots are one consecutive run (its K/V are then
+    # read as a view of the pool, not gathered)
+    context_start: int | None = None
 
 
 def paged_attention(
@@ -44,7 +49,32 @@ def paged_attention(
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
     k_cache.index_copy_(0, ctx.slot_mapping, k)
     v_cache.index_copy_(0, ctx.slot_mapping, v)
-    return reference_attention(q, k_cache[ctx.context_slots], v_cache[ctx.context_slots], ctx.causal, scale)
+    if ctx.context_start is not None:
+        run = slice(ctx.context_start, ctx.context_start + ctx.context_slots.shape[0])
+        keys, values = k_cache[run], v_cache[run]
+    else:
+        keys, values = k_cache[ctx.context_slots], v_cache[ctx.context_slots]
+    return sdpa_attention(q, keys, values, ctx.causal, scale)
+
+
+def sdpa_attention(
+    q: torch.Tensor,  # [T, H, D], the last T positions of the context
+    keys: torch.Tensor,  # [L, KVH, D]
+    values: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """`reference_attention` through torch's fused attention: the query groups read their shared
+    K/V heads in place (no copy per query head) and no [H, T, L] score matrix is kept."""
+    t, n = q.shape[0], keys.shape[0]
+    mask = None
+    if causal and t > 1:
+        mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - t, n, device=q.device)[:, None]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask,
+        scale=scale, enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)
 
 
 def reference_attention(

@@ -51,7 +51,9 @@ class PagePool:
         return self.free.popleft()
 
     def release(self, pages: list[int]) -> None:
-        self.free.extend(pages)
+        # to the front, in order: the next append takes the page a rollback just gave back, so a
+        # sequence's pages stay one consecutive run (its K/V one view on the torch path)
+        self.free.extendleft(reversed(pages))
 
 
 class SeqCache:

@@ -96,7 +96,9 @@ class Model:
         short = t <= MAX_DECODE_TOKENS
         slots = None if self.backend == "triton" and short else seq.slots(0, start + t).to(self.device)
         if self.backend == "torch":
-            return StepContext(self.pool, slots[start:], slots, causal)
+            pages, size = seq.pages, self.pool.page_size
+            run = pages == list(range(pages[0], pages[0] + len(pages)))
+            return StepContext(self.pool, slots[start:], slots, causal, context_start=pages[0] * size if run else None)
         pages = torch.tensor(seq.pages, dtype=torch.long).to(self.device, non_blocking=True)
         first = torch.tensor([start], dtype=torch.long).to(self.device, non_blocking=True)
         return StepContext(self.pool, None, slots, causal, "triton", pages, first, self.invariant_chunk)

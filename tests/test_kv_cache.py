@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine import EngineError, SamplingParams
+from engine import EngineError, SamplingParams, generate
 from engine.kv_cache import PagePool, SeqCache
 from tests.conftest import tiny_model
 
@@ -64,3 +64,27 @@ def test_truncate_then_reappend_gives_identical_logits():
     seq.truncate(20)
     again = model.step(seq, ids[20:], SamplingParams()).logits
     assert torch.equal(first, again)
+
+
+def test_a_page_a_rollback_gives_back_is_the_next_handed_out():
+    # so a sequence that drafts and rolls back keeps one consecutive run of pages
+    p = pool()
+    seq = SeqCache(p)
+    seq.append(10)  # pages 0, 1, 2
+    seq.truncate(7)  # page 2 goes back
+    seq.append(6)  # 13 positions: page 2 again, then 3
+    assert seq.pages == [0, 1, 2, 3]
+
+
+def test_scattered_pages_give_the_same_tokens_as_consecutive_ones():
+    # consecutive pages are read as a view of the pool, scattered ones through a gather
+    model = tiny_model("qwen2", seed=2)
+    prompt, sampling = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], SamplingParams(max_tokens=40)
+    consecutive = generate(model, prompt, sampling).tokens
+    holes = [SeqCache(model.pool) for _ in range(3)]
+    for hole in holes:
+        hole.append(1)  # takes a page between the ones the reply gets
+    spacer = SeqCache(model.pool)
+    spacer.append(model.pool.page_size * 2)
+    holes[1].release()
+    assert generate(model, prompt, sampling).tokens == consecutive
