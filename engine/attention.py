@@ -54,27 +54,7 @@ def paged_attention(
         keys, values = k_cache[run], v_cache[run]
     else:
         keys, values = k_cache[ctx.context_slots], v_cache[ctx.context_slots]
-    return sdpa_attention(q, keys, values, ctx.causal, scale)
-
-
-def sdpa_attention(
-    q: torch.Tensor,  # [T, H, D], the last T positions of the context
-    keys: torch.Tensor,  # [L, KVH, D]
-    values: torch.Tensor,
-    causal: bool,
-    scale: float,
-) -> torch.Tensor:
-    """`reference_attention` through torch's fused attention: the query groups read their shared
-    K/V heads in place (no copy per query head) and no [H, T, L] score matrix is kept."""
-    t, n = q.shape[0], keys.shape[0]
-    mask = None
-    if causal and t > 1:
-        mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - t, n, device=q.device)[:, None]
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask,
-        scale=scale, enable_gqa=True,
-    )
-    return out[0].transpose(0, 1)
+    return fused_attention(q, keys, values, ctx.causal, scale)
 
 
 def reference_attention(
@@ -110,26 +90,28 @@ def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch
             q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale, ctx.causal,
             chunk=ctx.invariant_chunk,
         )
-    return prefill_attention(q, k_cache[ctx.context_slots], v_cache[ctx.context_slots], ctx.causal, scale)
+    return fused_attention(q, k_cache[ctx.context_slots], v_cache[ctx.context_slots], ctx.causal, scale)
 
 
-def prefill_attention(
+def fused_attention(
     q: torch.Tensor,  # [T, H, D], the last T positions of the context
     keys: torch.Tensor,  # [L, KVH, D]
     values: torch.Tensor,
     causal: bool,
     scale: float,
 ) -> torch.Tensor:
-    """A long step (a prompt) through torch's fused attention over the gathered context."""
+    """`reference_attention` through torch's fused attention: the torch path's every step, and a
+    long step (a prompt) on CUDA. No [H, T, L] score matrix is kept."""
     t, h, _ = q.shape
     n, group = keys.shape[0], h // keys.shape[1]
-    qh = q.transpose(0, 1)[None]
-    kh = keys.repeat_interleave(group, dim=1).transpose(0, 1)[None]
-    vh = values.repeat_interleave(group, dim=1).transpose(0, 1)[None]
+    grouped = q.device.type == "cpu"
+    if not grouped:  # CUDA's fused kernels take grouped heads only without a mask: copy K/V per head
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
     mask = None
     if causal and t < n:
         mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - t, n, device=q.device)[:, None]
     out = torch.nn.functional.scaled_dot_product_attention(
-        qh, kh, vh, attn_mask=mask, is_causal=causal and t == n, scale=scale
+        q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask,
+        is_causal=causal and t == n, scale=scale, enable_gqa=grouped,
     )
     return out[0].transpose(0, 1)

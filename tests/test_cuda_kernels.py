@@ -7,7 +7,7 @@ outputs first, so an unwritten element or a wrong page lookup cannot pass.
 import pytest
 import torch
 
-from engine.attention import prefill_attention, reference_attention
+from engine.attention import fused_attention, reference_attention
 from engine.model import RMSNorm, rope
 
 pytestmark = pytest.mark.gpu
@@ -68,11 +68,11 @@ def test_split_count_does_not_change_the_result(splits, device):
 
 
 @pytest.mark.parametrize("t,length", [(40, 40), (40, 300)])
-def test_prefill_attention_matches_reference(t, length, device):
+def test_fused_attention_matches_reference(t, length, device):
     keys = torch.randn(length, 2, 64, device=device)
     values = torch.randn(length, 2, 64, device=device)
     q = torch.randn(t, 8, 64, device=device)
-    out = prefill_attention(q, keys, values, True, 0.125)
+    out = fused_attention(q, keys, values, True, 0.125)
     ref = reference_attention(q.double(), keys.double(), values.double(), True, 0.125)
     assert rel_err(out, ref) < 1e-4
 
