@@ -96,9 +96,10 @@ class Model:
         short = t <= MAX_DECODE_TOKENS
         slots = None if self.backend == "triton" and short else seq.slots(0, start + t).to(self.device)
         if self.backend == "torch":
-            pages, size = seq.pages, self.pool.page_size
-            run = pages == list(range(pages[0], pages[0] + len(pages)))
-            return StepContext(self.pool, slots[start:], slots, causal, context_start=pages[0] * size if run else None)
+            pages = seq.pages
+            run = pages == list(range(pages[0], pages[0] + len(pages)))  # K/V one view of the pool
+            first_slot = pages[0] * self.pool.page_size if run else None
+            return StepContext(self.pool, slots[start:], slots, causal, context_start=first_slot)
         pages = torch.tensor(seq.pages, dtype=torch.long).to(self.device, non_blocking=True)
         first = torch.tensor([start], dtype=torch.long).to(self.device, non_blocking=True)
         return StepContext(self.pool, None, slots, causal, "triton", pages, first, self.invariant_chunk)
