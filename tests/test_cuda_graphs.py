@@ -135,8 +135,11 @@ def test_a_draft_chain_syncs_once_per_proposal(tmp_path):
     proposer.attach(target, SamplingParams())
     context = PROMPT + [1]
     proposer.propose(context, 6)  # prefill and capture
+    # read before profiling: the tail copies out the first proposal's drafts, which the
+    # generation loop has read by then
+    context += proposal_tail(proposer, context)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        proposal = proposer.propose(context + proposal_tail(proposer, context), 6)
+        proposal = proposer.propose(context, 6)
         drafts = proposal.drafts  # the generation loop reads them once the verify step is queued
         torch.cuda.synchronize()
     back = [c for c in memcpys(prof, tmp_path / "chain.json") if "DtoH" in c[0]]

@@ -450,3 +450,31 @@ def test_drafts_reach_the_verify_step_as_a_tensor(target, random_drafter, monkey
     for step_, ids in zip(drafting, verified[1:]):  # verified[0] is the prompt
         assert isinstance(ids, torch.Tensor), "the drafts are handed over as a tensor, not a list"
         assert ids[1:].tolist() == step_.drafts
+
+
+def test_drafts_survive_a_verify_step_that_reuses_their_buffer(target, oracle_drafter, monkeypatch):
+    """On CUDA the drafter's graph leaves its drafts in the target's graph memory pool, where the
+    verify step, queued before the host reads the drafts, may keep its intermediates. Here every
+    drafter pass returns one buffer and every target step writes over it."""
+    sampling = SamplingParams(max_tokens=24)
+    fresh = generate(target, PROMPT, sampling, speculative=DFlashProposer(oracle_drafter, 5))
+    buffer = torch.zeros(64, dtype=torch.long)
+    draft, step = oracle_drafter.draft, target.step
+
+    def into_buffer(*args, **kw):
+        out = draft(*args, **kw)
+        buffer[: len(out)].copy_(out)
+        return buffer[: len(out)]
+
+    def overwriting(*args, **kw):
+        out = step(*args, **kw)
+        buffer.fill_(VOCAB - 1)
+        return out
+
+    monkeypatch.setattr(oracle_drafter, "draft", into_buffer)
+    monkeypatch.setattr(target, "step", overwriting)
+    shared = generate(target, PROMPT, sampling, speculative=DFlashProposer(oracle_drafter, 5))
+    assert [s.drafts for s in shared.steps] == [s.drafts for s in fresh.steps]
+    assert [s.accepted for s in shared.steps] == [s.accepted for s in fresh.steps]
+    assert max(s.accepted for s in shared.steps) >= 3
+    assert shared.tokens == fresh.tokens

@@ -147,7 +147,8 @@ def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypa
     step = graphed.step
 
     def recording(seq, ids, *args, **kw):
-        verified.append(ids)
+        # a copy queued before the step: later drafter passes reuse the drafts' device buffer
+        verified.append(ids.clone() if isinstance(ids, torch.Tensor) else ids)
         return step(seq, ids, *args, **kw)
 
     monkeypatch.setattr(graphed, "step", recording)

@@ -68,7 +68,9 @@ class DFlashProposer(Proposer):
         # whole drafter pass. The pending states are read before the target's next step, which
         # may overwrite them (CUDA graph output buffers).
         pending, self.pending = self.pending, []
-        on_device = self.drafter.draft(pending, context[-1])[:k]
+        # copied out of the drafter's graph output: that buffer sits in the target's graph memory
+        # pool, and the verify step, replayed before the host reads the drafts, may reuse it
+        on_device = self.drafter.draft(pending, context[-1])[:k].clone()
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
         return DeviceProposal(on_device)
 
