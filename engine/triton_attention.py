@@ -40,6 +40,7 @@ def _attend_split(
 
     rows = group * M + tl.arange(0, M)  # row r: token r // G, query head kvh * G + r % G
     real = rows < T * G
+    part = (split * KVH + kvh) * ROWS + rows
     token = rows // G
     head = kvh * G + rows % G
     d = tl.arange(0, D)
@@ -84,8 +85,8 @@ def _attend_split(
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
-    part = (split * KVH + kvh) * ROWS + rows
-    tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None])
+    # a split past the context writes only its log-sum-exp (-inf): the merge skips it unread
+    tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None] & (lo < hi))
     tl.store(part_lse_ptr + part, lse, mask=real)
 
 
@@ -129,6 +130,7 @@ def paged_decode_attention(
     splits: int | None = None,
     block_n: int = BLOCK_N,
     chunk: int = 0,
+    warps: int | None = None,
 ) -> torch.Tensor:
     """Attention of T <= 16 new queries to the whole context ([T, H, D]); causal within the step
     (query i sees keys up to start + i) or, with causal=False, every key of the context.
@@ -155,7 +157,7 @@ def paged_decode_attention(
     _attend_split[(kvh, splits, groups)](
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
-        CAUSAL=causal, FP32=fp32, num_warps=4 if m * d <= 64 * 128 else 8,
+        CAUSAL=causal, FP32=fp32, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
     )
     out = torch.empty_like(q)
     _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4)

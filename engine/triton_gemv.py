@@ -8,7 +8,9 @@ loads, so every SM has weight bytes in flight:
 
 * one row (decode, draft chains): products summed in float32 registers;
 * 2..16 rows (verify): the rows padded to 16 and multiplied on the tensor cores (tl.dot); the
-  padding costs nothing, the weights are read once either way.
+  padding costs nothing, the weights are read once either way. Wide matrices put the weights
+  on the product's left in 64-row tiles; K can be split, the last split to finish a tile adding
+  the partial sums in a fixed order (measured no faster at the shapes here, so unused by them).
 
 For one row, the residual add + RMSNorm before q/k/v can ride in the product's input load
 instead of running as a kernel of its own (PROLOGUE NORM): every program loads the whole row
@@ -74,34 +76,95 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
 
 
 @triton.jit
-def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, T, N, K, x_stride,
+def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride, k_split,
             HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-            IEEE: tl.constexpr):
+            IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < N
     ts = tl.arange(0, 16)
-    in_step = ts[:, None] < T
+    in_step = ts < T
     cols = tl.arange(0, BLOCK_K)[None, :]
     x_rows = x_ptr + ts[:, None] * x_stride
     w_rows = w_ptr + rows[:, None].to(tl.int64) * K
-    acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    if SWAP:  # weights as the product's left operand: [BLOCK_N, 16]
+        acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
+        tile = ts[None, :] * N + rows[:, None]
+        keep = in_step[None, :] & live[:, None]
+    else:
+        acc = tl.zeros((16, BLOCK_N), dtype=tl.float32)
+        tile = ts[:, None] * N + rows[None, :]
+        keep = in_step[:, None] & live[None, :]
+    if SPLIT == 1:
+        k_lo = 0
+        k_hi = K
+    else:
+        k_lo = tl.program_id(1) * k_split
+        k_hi = k_lo + k_split
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         c = k0 + cols
         if EVEN_K:
-            x = tl.load(x_rows + c, mask=in_step, other=0.0)
+            x = tl.load(x_rows + c, mask=in_step[:, None], other=0.0)
             w = tl.load(w_rows + c, mask=live[:, None], other=0.0)
         else:
-            x = tl.load(x_rows + c, mask=in_step & (c < K), other=0.0)
+            x = tl.load(x_rows + c, mask=in_step[:, None] & (c < K), other=0.0)
             w = tl.load(w_rows + c, mask=live[:, None] & (c < K), other=0.0)
-        if IEEE:
+        if SWAP:
+            if IEEE:
+                acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee")
+            else:
+                acc = tl.dot(w, tl.trans(x), acc)
+        elif IEEE:
             acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
         else:
             acc = tl.dot(x, tl.trans(w), acc)
+    if SPLIT > 1:
+        # split-K: each split leaves its float32 partial; the last to arrive at the tile's counter
+        # adds all of them in split order (the rounding does not depend on who came last), writes
+        # the tile and resets the counter for the next call. The barrier orders every thread's
+        # partial store before the counter's release.
+        tl.store(part_ptr + tl.program_id(1) * 16 * N + tile, acc, mask=keep)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(lock_ptr + pid, 1, sem="acq_rel")
+        if arrived == SPLIT - 1:
+            acc = tl.load(part_ptr + tile, mask=keep, other=0.0, cache_modifier=".cg")
+            for s in range(1, SPLIT):
+                acc += tl.load(part_ptr + s * 16 * N + tile, mask=keep, other=0.0, cache_modifier=".cg")
+            _bias_store(acc, b_ptr, rows, live, out_ptr, tile, keep, HAS_BIAS, SWAP)
+            tl.atomic_xchg(lock_ptr + pid, 0)
+    else:
+        _bias_store(acc, b_ptr, rows, live, out_ptr, tile, keep, HAS_BIAS, SWAP)
+
+
+@triton.jit
+def _bias_store(acc, b_ptr, rows, live, out_ptr, tile, keep, HAS_BIAS: tl.constexpr, SWAP: tl.constexpr):
     if HAS_BIAS:
-        acc += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)[None, :]
-    out = out_ptr + ts[:, None] * N + rows[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=in_step & live[None, :])
+        bias = tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
+        if SWAP:
+            acc += bias[:, None]
+        else:
+            acc += bias[None, :]
+    tl.store(out_ptr + tile, acc.to(out_ptr.dtype.element_ty), mask=keep)
+
+
+_LOCKS: dict[torch.device, torch.Tensor] = {}
+MAX_SPLIT_TILES = 4096
+
+
+def locks_device_capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def split_locks(device: torch.device) -> torch.Tensor:
+    """One arrival counter per output tile, shared by every split-K product on the device (calls
+    on one stream run one after another, and each leaves its counters at zero). Allocated on the
+    first, uncaptured call: graph capture runs its body once before capturing."""
+    locks = _LOCKS.get(device)
+    if locks is None:
+        if locks_device_capturing(device):
+            raise RuntimeError("split-K counters must be allocated before graph capture")
+        locks = _LOCKS[device] = torch.zeros(MAX_SPLIT_TILES, dtype=torch.int32, device=device)
+    return locks
 
 
 def gemv_config(n: int, k: int, prologue: int = 0) -> tuple[int, int, int, int]:
@@ -116,20 +179,24 @@ def gemv_config(n: int, k: int, prologue: int = 0) -> tuple[int, int, int, int]:
 
 
 def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16, cublas: bool = True
-                  ) -> tuple[int, int, int, int] | None:
-    """(rows per program, K per iteration, warps, stages) for 2..16 activation rows; None where
-    cuBLAS does as well (few output rows over a long K leave too few programs), if allowed."""
+                  ) -> tuple[int, ...] | None:
+    """(rows per program, K per iteration, warps, stages[, splits of K, weights on the left])
+    for 2..16 activation rows, as measured on the H200 (bench/gpu/splitk_sweep.py); None where
+    cuBLAS does as well (few output rows over a long K leave too few programs), if allowed.
+    Wide matrices take the weights as the product's left operand in 64-row tiles, the shape
+    the matrix units are built for; narrow ones keep the rows on the left in wider K slabs.
+    Splitting K measured no faster at these shapes (the kernel keeps it for others)."""
     if cublas and n <= 2048 and k >= 4096:
         return None
     block_k = triton.next_power_of_2(k)
     if dtype == torch.float32:  # tests only: tiles that fit shared memory at four bytes
         return 16, min(64, block_k), 4, 2
-    if n >= 16384:
-        return 32, min(256, block_k), 4, 2
+    if n > 4096:
+        return 64, min(128, block_k), 4, 3 if n >= 16384 else 4, 1, True
     return (32 if n > 2048 else 16), min(512, block_k), 4, 4
 
 
-def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, ...]:
     """The 16-row kernel's settings for every step length (cuBLAS's shapes too): a row's result
     then does not depend on how many rows share its step."""
     return gemm16_config(n, k, dtype, cublas=False)
@@ -155,10 +222,20 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         )
     else:
         assert prologue == PLAIN
-        block_n, block_k, warps, stages = config or gemm16_config(n, k, x.dtype)
-        _gemm16[(triton.cdiv(n, block_n),)](x, weight, b, out, t, n, k, x.stride(0), HAS_BIAS=bias is not None,
-                                            BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0,
-                                            IEEE=x.dtype == torch.float32, num_warps=warps, num_stages=stages)
+        config = tuple(config or gemm16_config(n, k, x.dtype))
+        block_n, block_k, warps, stages, split, swap = config + (1, False)[len(config) - 4 :]
+        tiles = triton.cdiv(n, block_n)
+        k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k  # whole iterations per split
+        split = triton.cdiv(k, k_split)
+        if split > 1:
+            assert tiles <= MAX_SPLIT_TILES
+            parts, locks = torch.empty((split, 16, n), dtype=torch.float32, device=x.device), split_locks(x.device)
+        else:
+            parts = locks = out
+        _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, n, k, x.stride(0), k_split,
+                                HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+                                EVEN_K=k % k_split == 0 and k_split % block_k == 0, IEEE=x.dtype == torch.float32,
+                                SPLIT=split, SWAP=swap, num_warps=warps, num_stages=stages)
     return out
 
 

@@ -246,3 +246,22 @@ def test_invariant_linears_give_a_row_the_same_bits_in_any_step(dtype, n, k, bia
         assert torch.equal(linear(x[i : i + 1], w, b, invariant=True)[0], verify[i]), i
         row, _ = norm_linear(x[i : i + 1], residual[i : i + 1].clone(), norm_w, 1e-6, w, b, invariant=True)
         assert torch.equal(row[0], normed[i]), i
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("config", [(16, 64, 4, 2, 2), (32, 128, 4, 2, 3), (64, 64, 4, 2, 1, True),
+                                    (64, 64, 4, 2, 4, True)])
+@pytest.mark.parametrize("t", [2, 16])
+def test_split_and_left_weight_products_match_and_reset_their_counters(dtype, config, t, device):
+    from engine.triton_gemv import _LOCKS, launch
+
+    n, k = 200, 700  # neither a multiple of the tile nor of the K slab
+    x = torch.randn(t, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
+    b = torch.randn(n, dtype=dtype, device=device)
+    expect = torch.nn.functional.linear(x.double(), w.double(), b.double())
+    first = launch(x, w, b, torch.empty(t, n, dtype=dtype, device=device), config=config)
+    again = launch(x, w, b, torch.empty(t, n, dtype=dtype, device=device), config=config)
+    assert rel_err(first, expect) < TOL[dtype] / 4
+    assert torch.equal(first, again)  # the partials are added in split order, whoever finishes last
+    assert all(int(locks.sum()) == 0 for locks in _LOCKS.values())  # ready for the next product

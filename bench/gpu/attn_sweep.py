@@ -3,9 +3,11 @@
 Prints ms per step's worth of calls (every layer's attention) for each (splits, block_n) at 1
 and 16 query tokens, 1K, 2K and 8K context, for Qwen3-4B's attention shape or, with the
 argument qwen2.5-1.5b, that of Qwen2.5-1.5B (2 KV heads).
-Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b]
+Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b] [verify]
 """
 
+import functools
+import itertools
 import statistics
 import sys
 
@@ -31,8 +33,32 @@ def time_graph(fn, reps=30):
     return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
+def verify_sweep(LAYERS, KVH, H, D):
+    """16 query tokens only, with the warps per program as a third setting."""
+    for context in (1024, 8192):
+        pages = -(-(context + 16) // PAGE)
+        k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        table = torch.randperm(pages, device="cuda")
+        q = torch.randn(16, H, D, device="cuda", dtype=torch.bfloat16)
+        start = torch.tensor([context], device="cuda")
+        row = []
+        for splits, block_n, warps in itertools.product((16, 32, 64), (16, 32), (4, 8)):
+            run = functools.partial(every_layer, q, k, v, table, start, splits, block_n, warps)
+            row.append(f"s{splits}/b{block_n}/w{warps} {time_graph(run):.3f}")
+        print(f"context {context} tokens 16: " + "  ".join(row), flush=True)
+
+
+def every_layer(q, k, v, table, start, splits, block_n, warps):
+    for layer in range(k.shape[0]):
+        paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True, splits=splits,
+                               block_n=block_n, warps=warps)
+
+
 def main():
     LAYERS, KVH, H, D = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3-4b"]
+    if "verify" in sys.argv:
+        return verify_sweep(LAYERS, KVH, H, D)
     print("default splits:", {t: num_splits(KVH, max(16, t * H // KVH)) for t in (1, 16)})
     for context in (1024, 2048, 8192):
         pages = -(-(context + 16) // PAGE)
