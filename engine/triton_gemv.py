@@ -151,7 +151,7 @@ _LOCKS: dict[torch.device, torch.Tensor] = {}
 MAX_SPLIT_TILES = 4096
 
 
-def locks_device_capturing(device: torch.device) -> bool:
+def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
@@ -161,7 +161,7 @@ def split_locks(device: torch.device) -> torch.Tensor:
     first, uncaptured call: graph capture runs its body once before capturing."""
     locks = _LOCKS.get(device)
     if locks is None:
-        if locks_device_capturing(device):
+        if _capturing(device):
             raise RuntimeError("split-K counters must be allocated before graph capture")
         locks = _LOCKS[device] = torch.zeros(MAX_SPLIT_TILES, dtype=torch.int32, device=device)
     return locks
