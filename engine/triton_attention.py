@@ -40,7 +40,6 @@ def _attend_split(
 
     rows = group * M + tl.arange(0, M)  # row r: token r // G, query head kvh * G + r % G
     real = rows < T * G
-    part = (split * KVH + kvh) * ROWS + rows
     token = rows // G
     head = kvh * G + rows % G
     d = tl.arange(0, D)
@@ -85,6 +84,7 @@ def _attend_split(
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+    part = (split * KVH + kvh) * ROWS + rows
     # a split past the context writes only its log-sum-exp (-inf): the merge skips it unread
     tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None] & (lo < hi))
     tl.store(part_lse_ptr + part, lse, mask=real)

@@ -33,13 +33,23 @@ def time_graph(fn, reps=30):
     return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
+def paged_context(context, LAYERS, KVH, D):
+    """Every layer's K/V cache for `context` tokens, and a shuffled page table over it."""
+    pages = -(-(context + 16) // PAGE)
+    k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
+    return k, torch.randn_like(k), torch.randperm(pages, device="cuda")
+
+
+def every_layer(q, k, v, table, start, splits, block_n, warps=None):
+    for layer in range(k.shape[0]):
+        paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True, splits=splits,
+                               block_n=block_n, warps=warps)
+
+
 def verify_sweep(LAYERS, KVH, H, D):
     """16 query tokens only, with the warps per program as a third setting."""
     for context in (1024, 8192):
-        pages = -(-(context + 16) // PAGE)
-        k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        table = torch.randperm(pages, device="cuda")
+        k, v, table = paged_context(context, LAYERS, KVH, D)
         q = torch.randn(16, H, D, device="cuda", dtype=torch.bfloat16)
         start = torch.tensor([context], device="cuda")
         row = []
@@ -49,35 +59,21 @@ def verify_sweep(LAYERS, KVH, H, D):
         print(f"context {context} tokens 16: " + "  ".join(row), flush=True)
 
 
-def every_layer(q, k, v, table, start, splits, block_n, warps):
-    for layer in range(k.shape[0]):
-        paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True, splits=splits,
-                               block_n=block_n, warps=warps)
-
-
 def main():
     LAYERS, KVH, H, D = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3-4b"]
     if "verify" in sys.argv:
         return verify_sweep(LAYERS, KVH, H, D)
     print("default splits:", {t: num_splits(KVH, max(16, t * H // KVH)) for t in (1, 16)})
     for context in (1024, 2048, 8192):
-        pages = -(-(context + 16) // PAGE)
-        k = torch.randn(LAYERS, pages * PAGE, KVH, D, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        table = torch.randperm(pages, device="cuda")
+        k, v, table = paged_context(context, LAYERS, KVH, D)
         for t in (1, 16):
             q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
             start = torch.tensor([context], device="cuda")
             row = []
-            for splits in (8, 16, 32, 64, 128):
-                for block_n in (32, 64):
-                    def run():
-                        for layer in range(LAYERS):
-                            paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True,
-                                                   splits=splits, block_n=block_n)
-                    row.append(f"s{splits}/b{block_n} {time_graph(run):.3f}")
+            for splits, block_n in itertools.product((8, 16, 32, 64, 128), (32, 64)):
+                run = functools.partial(every_layer, q, k, v, table, start, splits, block_n)
+                row.append(f"s{splits}/b{block_n} {time_graph(run):.3f}")
             print(f"context {context} tokens {t}: " + "  ".join(row), flush=True)
-
 
 if __name__ == "__main__":
     main()

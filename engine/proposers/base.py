@@ -26,7 +26,9 @@ class Proposal:
 class DeviceProposal(Proposal):
     """Drafts left where the drafter sampled them. The verify step takes them from there, and
     the host copies them out (`drafts`) only when it needs the list, after the verify step is
-    queued: a step then waits for the device once, for drafts and verified tokens together."""
+    queued: a step then waits for the device once, for drafts and verified tokens together.
+    So on_device must outlive the target's verify step: not a graph's output buffer, which the
+    step's own replay may reuse (proposers copy such outputs out first)."""
 
     def __init__(self, on_device: torch.Tensor, q: torch.Tensor | None = None):
         self.on_device = on_device  # [n] token ids
