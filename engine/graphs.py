@@ -20,6 +20,7 @@ k - 1 replays with nothing between them on the host.
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 
 import torch
@@ -166,14 +167,26 @@ class StepGraphs:
 
 def capture(body, mempool):
     """(graph, outputs): `body` run once on a side stream (compiles kernels, settles the
-    allocator), then captured into `mempool`. Its inputs must already hold scratch values."""
+    allocator), then captured into `mempool`. Its inputs must already hold scratch values.
+
+    The garbage collector is run first and held off during the capture: an object dropped in a
+    reference cycle (a drafter switched away from, with its pinned input buffer) is freed
+    whenever the collector runs, and freeing pinned memory that a copy used records an event on
+    that copy's stream, which invalidates a capture under way."""
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         body()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=mempool):
-        outputs = body()
+    gc.collect()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=mempool):
+            outputs = body()
+    finally:
+        if collecting:
+            gc.enable()
     return graph, outputs

@@ -131,6 +131,8 @@ def paged_decode_attention(
     block_n: int = BLOCK_N,
     chunk: int = 0,
     warps: int | None = None,
+    group_rows: int | None = None,
+    stages: int | None = None,
 ) -> torch.Tensor:
     """Attention of T <= 16 new queries to the whole context ([T, H, D]); causal within the step
     (query i sees keys up to start + i) or, with causal=False, every key of the context.
@@ -138,7 +140,14 @@ def paged_decode_attention(
     chunk > 0 makes a query's result independent of how many queries the step has (batch
     invariance): every split covers `chunk` keys wherever the context ends (chunk x splits must
     cover the longest context), and the query rows go in groups of 16, the tile a decode step
-    uses, so a verified token's attention is the decoded one's bit for bit."""
+    uses, so a verified token's attention is the decoded one's bit for bit.
+
+    Launch settings measured on the H200 (bench/gpu/attn_sweep.py): 4 warps up to 64 x 128 query
+    values, 8 above; a query block of more than 16 rows (a verify step) pipelines two key blocks
+    deep, not three (1K context, Qwen3-4B: 0.383 against 0.388 ms a step; 8K: 0.900 against
+    0.922), and the step bench agrees (16-token step 3.187 against 3.197 ms). The arguments
+    splits, block_n, warps, group_rows (query rows per program) and stages override them, for
+    the sweeps."""
     t, h, d = q.shape
     kvh = k_cache.shape[1]
     g = h // kvh
@@ -147,8 +156,8 @@ def paged_decode_attention(
         groups = -(-(t * g) // m)
         splits = splits or num_splits(kvh, m)
     else:
-        m = max(16, triton.next_power_of_2(t * g))
-        groups = 1
+        m = group_rows or max(16, triton.next_power_of_2(t * g))
+        groups = -(-(t * g) // m)
         splits = splits or num_splits(kvh, m)
     rows = m * groups
     part_out = torch.empty((splits, kvh, rows, d), dtype=torch.float32, device=q.device)
@@ -158,6 +167,7 @@ def paged_decode_attention(
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
         CAUSAL=causal, FP32=fp32, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
+        num_stages=stages or (2 if m > 16 else 3),
     )
     out = torch.empty_like(q)
     _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4)

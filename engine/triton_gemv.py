@@ -11,6 +11,8 @@ loads, so every SM has weight bytes in flight:
   padding costs nothing, the weights are read once either way. Wide matrices put the weights
   on the product's left in 64-row tiles; K can be split, the last split to finish a tile adding
   the partial sums in a fixed order (measured no faster at the shapes here, so unused by them).
+  The widest matrices (gate/up, and a 4B model's lm_head) read faster this way than through
+  the GEMV even for one row, so a decode step sends them here too.
 
 For one row, the residual add + RMSNorm before q/k/v can ride in the product's input load
 instead of running as a kernel of its own (PROLOGUE NORM): every program loads the whole row
@@ -202,6 +204,17 @@ def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, ...]:
     return gemm16_config(n, k, dtype, cublas=False)
 
 
+def one_row_on_matrix_units(n: int, k: int, dtype: torch.dtype) -> bool:
+    """Whether one row is faster through the 16-row kernel (padded, weights on the left) than
+    through the GEMV: wide matrices, but not a vocabulary over a short row. Measured on the H200
+    (bench/results/gemv/splitk-sweep.log), us, 16-row kernel against GEMV: Qwen3-4B gate/up 25.70
+    against 26.35 and lm_head 179.79 against 200.99, Qwen2.5-1.5B gate/up 15.41 against 16.04;
+    decode steps 2.839 against 2.891 ms (4B) and 1.419 against 1.454 (1.5B). The GEMV stays
+    where it measured faster: q/k/v 6144 x 2560, 10.36 against 9.99; Qwen2.5-1.5B's lm_head
+    151936 x 1536, 112.32 against 108.80."""
+    return n >= 16384 and (k >= 2048 or n < 65536) and dtype != torch.float32
+
+
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
            config=None, invariant=False):
     """Run the kernel for x's rows into out; config overrides the measured launch settings.
@@ -212,7 +225,8 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
     b = bias if bias is not None else weight
     if invariant:
         config = config or invariant_config(n, k, x.dtype)
-    if t == 1 and not invariant:
+    if t == 1 and not invariant and (config is not None or prologue != PLAIN
+                                     or not one_row_on_matrix_units(n, k, x.dtype)):
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
         _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
@@ -250,16 +264,20 @@ def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-           invariant: bool = False) -> torch.Tensor:
+           invariant: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [T, K] @ weight[N, K].T (+ bias): [T, N]. Steps of more than 16 rows go to cuBLAS.
 
     invariant: every step of 1..16 rows through the 16-row kernel with the same settings, so a
-    row's result is the same bits whatever the step's length (slower for one row than the GEMV)."""
+    row's result is the same bits whatever the step's length (slower for one row than the GEMV).
+    out_dtype: the kernels write their float32 sums in it (logits: no rounding to bf16 and no
+    cast kernel after, which for a 16-token step's 16 x 152K logits is some 15 MB moved);
+    cuBLAS's result is cast to it."""
     invariant = invariant and x.is_cuda and x.shape[0] <= MAX_ROWS
     if not (invariant or _fits(x, weight)):
-        return torch.nn.functional.linear(x, weight, bias)
+        out = torch.nn.functional.linear(x, weight, bias)
+        return out if out_dtype is None else out.to(out_dtype)
     x = x if x.stride(-1) == 1 else x.contiguous()
-    out = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    out = torch.empty((x.shape[0], weight.shape[0]), dtype=out_dtype or x.dtype, device=x.device)
     return launch(x, weight, bias, out, invariant=invariant)
 
 

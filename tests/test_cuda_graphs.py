@@ -178,3 +178,53 @@ def test_batch_invariant_bf16_speculation_gives_plain_decodings_tokens():
         for k in (1, 4, 15):
             assert generate(model, PROMPT, sampling, speculative=NgramProposer(k=k)).tokens == plain, k
             assert generate(model, PROMPT, sampling, speculative=DraftProposer(draft, k=k)).tokens == plain, k
+
+
+
+class Litter:
+    """Something dropped in a reference cycle: only the garbage collector frees it."""
+
+
+def drop_drafter_like_litter(pool, n: int = 8) -> None:
+    """Objects like a drafter switched away from: a pinned input buffer a copy used, an event,
+    a graph captured into the pool the next capture shares."""
+    from engine.graphs import capture
+
+    y = torch.zeros(64, device="cuda")
+    for _ in range(n):
+        item = Litter()
+        item.cycle = item
+        item.host = torch.arange(256).pin_memory()
+        item.device = item.host.to("cuda", non_blocking=True)
+        item.event = torch.cuda.Event()
+        item.event.record()
+        item.graph = capture(lambda: y + 1, pool)
+    torch.cuda.synchronize()
+
+
+def test_garbage_collected_during_a_capture_does_not_break_it():
+    import gc
+
+    from engine.graphs import capture
+
+    pool = torch.cuda.graph_pool_handle()
+    x = torch.ones(64, device="cuda")
+    thresholds = gc.get_threshold()
+
+    def body():
+        if torch.cuda.is_current_stream_capturing():
+            gc.set_threshold(1)  # the collector runs at the next allocation, unless held off
+            for _ in range(100):
+                Litter().cycle = None
+        return x * 2
+
+    gc.collect()
+    gc.set_threshold(10**9)  # nothing collected until the capture is under way
+    try:
+        drop_drafter_like_litter(pool)
+        graph, out = capture(body, pool)
+    finally:
+        gc.set_threshold(*thresholds)
+    graph.replay()
+    assert torch.equal(out, torch.full_like(x, 2))
+    assert gc.isenabled()

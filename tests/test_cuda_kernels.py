@@ -150,7 +150,7 @@ def test_narrow_heads_of_tiny_models(device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("t", [1, 2, 7, 16])
 @pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (1536, 8960, False), (17920, 1536, False),
-                                      (151936, 896, False), (100, 72, True), (37, 1000, False)])
+                                      (19456, 2560, True), (151936, 896, False), (100, 72, True), (37, 1000, False)])
 def test_step_linear_matches_cublas(dtype, t, n, k, bias, device):
     from engine.triton_gemv import linear
 
@@ -265,3 +265,16 @@ def test_split_and_left_weight_products_match_and_reset_their_counters(dtype, co
     assert rel_err(first, expect) < TOL[dtype] / 4
     assert torch.equal(first, again)  # the partials are added in split order, whoever finishes last
     assert all(int(locks.sum()) == 0 for locks in _LOCKS.values())  # ready for the next product
+
+
+@pytest.mark.parametrize("t", [1, 16])
+@pytest.mark.parametrize("n,k", [(20000, 1536), (20000, 2560), (2048, 1536)])
+def test_logits_are_written_as_the_float32_sums_that_bf16_rounds(t, n, k, device):
+    from engine.triton_gemv import linear
+
+    x = torch.randn(t, k, dtype=torch.bfloat16, device=device)
+    w = torch.randn(n, k, dtype=torch.bfloat16, device=device) / k**0.5
+    logits = linear(x, w, out_dtype=torch.float32)
+    assert logits.dtype == torch.float32
+    assert rel_err(logits, torch.nn.functional.linear(x.double(), w.double())) < 1e-5  # no bf16 rounding
+    assert torch.equal(logits.to(torch.bfloat16), linear(x, w))  # the bf16 product: these sums rounded

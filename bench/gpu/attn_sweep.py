@@ -3,7 +3,10 @@
 Prints ms per step's worth of calls (every layer's attention) for each (splits, block_n) at 1
 and 16 query tokens, 1K, 2K and 8K context, for Qwen3-4B's attention shape or, with the
 argument qwen2.5-1.5b, that of Qwen2.5-1.5B (2 KV heads).
-Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b] [verify]
+With `groups`: 16 query tokens at 1K..8K context, each program taking all of a KV head's
+query rows (64 for Qwen3-4B, 96 padded to 128 for Qwen2.5-1.5B) or a group of them.
+With `stages`: warps and pipeline stages of the split kernel.
+Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b] [verify|groups|stages]
 """
 
 import functools
@@ -40,10 +43,41 @@ def paged_context(context, LAYERS, KVH, D):
     return k, torch.randn_like(k), torch.randperm(pages, device="cuda")
 
 
-def every_layer(q, k, v, table, start, splits, block_n, warps=None):
+def every_layer(q, k, v, table, start, splits, block_n, warps=None, group_rows=None, stages=None):
     for layer in range(k.shape[0]):
         paged_decode_attention(q, k[layer], v[layer], table, start, PAGE, 0.08, True, splits=splits,
-                               block_n=block_n, warps=warps)
+                               block_n=block_n, warps=warps, group_rows=group_rows, stages=stages)
+
+
+def stages_sweep(LAYERS, KVH, H, D):
+    """1 and 16 query tokens: warps (2 keep the 16-token block off the warp-group products) and
+    pipeline stages of the split kernel, at the default split count and half of it."""
+    for context in (1024, 8192):
+        k, v, table = paged_context(context, LAYERS, KVH, D)
+        start = torch.tensor([context], device="cuda")
+        for t in (1, 16):
+            q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
+            base = num_splits(KVH, max(16, t * H // KVH))
+            row = []
+            for splits, warps, stages in itertools.product((base // 2, base), (2, 4), (1, 2, 3, 4)):
+                run = functools.partial(every_layer, q, k, v, table, start, splits, 32, warps, None, stages)
+                row.append(f"s{splits}/w{warps}/st{stages} {time_graph(run):.3f}")
+            print(f"context {context} tokens {t}: " + "  ".join(row), flush=True)
+
+
+def groups_sweep(LAYERS, KVH, H, D):
+    """16 query tokens: split counts around the default, each program taking all of a KV head's
+    query rows or groups of 16, 32 or 64 of them."""
+    base = num_splits(KVH, max(16, 16 * H // KVH))
+    for context in (1024, 2048, 4096, 8192):
+        k, v, table = paged_context(context, LAYERS, KVH, D)
+        start = torch.tensor([context], device="cuda")
+        q = torch.randn(16, H, D, device="cuda", dtype=torch.bfloat16)
+        row = []
+        for splits, rows in itertools.product((base // 2, base, base * 2), (None, 16, 32, 64)):
+            run = functools.partial(every_layer, q, k, v, table, start, splits, 32, None, rows)
+            row.append(f"s{splits}/m{rows or 'all'} {time_graph(run):.3f}")
+        print(f"context {context} tokens 16: " + "  ".join(row), flush=True)
 
 
 def verify_sweep(LAYERS, KVH, H, D):
@@ -63,6 +97,10 @@ def main():
     LAYERS, KVH, H, D = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3-4b"]
     if "verify" in sys.argv:
         return verify_sweep(LAYERS, KVH, H, D)
+    if "groups" in sys.argv:
+        return groups_sweep(LAYERS, KVH, H, D)
+    if "stages" in sys.argv:
+        return stages_sweep(LAYERS, KVH, H, D)
     print("default splits:", {t: num_splits(KVH, max(16, t * H // KVH)) for t in (1, 16)})
     for context in (1024, 2048, 8192):
         k, v, table = paged_context(context, LAYERS, KVH, D)

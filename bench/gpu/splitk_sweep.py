@@ -6,10 +6,13 @@ For each shape, every layer's copy multiplied in one graph at 16 rows: microseco
 cuBLAS, the one-row GEMV (what a decode step pays) and each (rows per program, K per
 iteration, warps, stages, splits); replayed graphs are checked against torch (the split
 counters must come back to zero). Usage there: python3 bench/gpu/splitk_sweep.py [seconds [model:part ...]]
+SWEEP_GRID (a Python list of settings tuples) replaces the grid below.
 """
 
+import ast
 import functools
 import itertools
+import os
 import sys
 import time
 
@@ -32,6 +35,7 @@ GRID += [(32, 512, 8, st, sp) for st, sp in itertools.product((3, 4), (1, 2))]
 # natural shape), with K split to keep enough programs
 GRID += [(bn, bk, 4, st, sp, True) for bn, (bk, st), sp in itertools.product(
     (64, 128), ((64, 4), (128, 3), (128, 4), (256, 3), (256, 4), (512, 2), (512, 3)), (1, 2, 4, 8))]
+GRID = ast.literal_eval(os.environ["SWEEP_GRID"]) if "SWEEP_GRID" in os.environ else GRID
 
 
 def us(fn, copies):

@@ -214,16 +214,17 @@ def step_parts(model: Model, context: int, t: int, replays: int = 10) -> dict:
         prof.export_chrome_trace(str(path))
         events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
     parts = {kind: 0.0 for kind in (*KINDS, "rest")}
-    names: dict[str, set] = {kind: set() for kind in parts}
+    rest: dict[str, float] = {}  # the other kernels' time, by name
     for e in events:
         kind = next((k for k, frags in KINDS.items() if any(f in e["name"].lower() for f in frags)), "rest")
         parts[kind] += e["dur"] / 1e3 / replays
-        names[kind].add(e["name"][:48])
+        if kind == "rest":
+            rest[e["name"][:48]] = rest.get(e["name"][:48], 0.0) + e["dur"] / 1e3 / replays
     span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e3 / replays
     parts["gaps"] = span - sum(parts.values())
     parts["span"] = span
     parts["kernels"] = len(events) / replays
-    parts["rest_names"] = sorted(names["rest"])[:12]
+    parts["rest_ms"] = dict(sorted(rest.items(), key=lambda kv: -kv[1])[:12])
     return parts
 
 
@@ -302,7 +303,7 @@ def print_report(r: dict) -> None:
         eager = r.get("eager", {}).get(key)
         hf = r.get("transformers", {}).get(key)
         line = f"{context:>7} {t:>6} {row['graph_ms']:9.3f} {row['graph_ms'] / floor:7.2f}"
-        line += f" {row['graph_ms'] / decode:8.2f} {row['host_ms']:8.3f}"
+        line += f" {row['graph_ms'] / decode:8.3f} {row['host_ms']:8.3f}"
         line += f" {eager:9.3f}" if eager else f" {'':>9}"
         line += f" {hf:15.2f} {hf / floor:7.1f}" if hf else ""
         print(line)
@@ -312,4 +313,5 @@ def print_report(r: dict) -> None:
         kinds = ", ".join(f"{k} {p[k]:.3f}" for k in (*KINDS, "rest", "gaps"))
         print(f"{t}-token step at {next(iter(r['steps'])).split('/')[0]} context, ms: {kinds} "
               f"(span {p['span']:.3f}, {p['kernels']:.0f} kernels)")
-    print("rest:", "; ".join(r["parts"][1]["rest_names"]))
+    for t, p in r["parts"].items():
+        print(f"rest of the {t}-token step, ms:", "; ".join(f"{n} {ms:.4f}" for n, ms in p["rest_ms"].items()))
