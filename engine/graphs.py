@@ -170,9 +170,9 @@ def capture(body, mempool):
     allocator), then captured into `mempool`. Its inputs must already hold scratch values.
 
     The garbage collector is run first and held off during the capture: an object dropped in a
-    reference cycle (a drafter switched away from, with its pinned input buffer) is freed
-    whenever the collector runs, and freeing pinned memory that a copy used records an event on
-    that copy's stream, which invalidates a capture under way."""
+    reference cycle (a drafter switched away from, with its pinned input buffer, events and
+    graphs) is freed whenever the collector runs, freeing it makes CUDA calls, and a call that
+    is not allowed while a capture is under way invalidates the capture."""
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
