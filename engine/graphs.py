@@ -169,17 +169,18 @@ def capture(body, mempool):
     """(graph, outputs): `body` run once on a side stream (compiles kernels, settles the
     allocator), then captured into `mempool`. Its inputs must already hold scratch values.
 
-    The garbage collector is run first and held off during the capture: an object dropped in a
-    reference cycle (a drafter switched away from, with its pinned input buffer, events and
-    graphs) is freed whenever the collector runs, freeing it makes CUDA calls, and a call that
-    is not allowed while a capture is under way invalidates the capture."""
+    The garbage collector is held off during the capture: an object dropped in a reference
+    cycle (a drafter switched away from, with its pinned input buffer, events and graphs) is
+    freed whenever the collector runs, freeing it makes CUDA calls, and a call that is not
+    allowed while a capture is under way invalidates the capture. No collection is forced
+    before it: a full collection in a process as large as the chat app's would cost time at
+    each first use of a step length."""
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         body()
     torch.cuda.current_stream().wait_stream(side)
-    gc.collect()
     collecting = gc.isenabled()
     gc.disable()
     try:
