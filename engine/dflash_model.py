@@ -29,7 +29,7 @@ from engine.attention import StepContext
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.kv_cache import PagePool, SeqCache
-from engine.model import DecoderLayer, RMSNorm, rope
+from engine.model import DecoderLayer, RMSNorm, rope, rope_frequencies, rope_tables
 
 PAGE_SIZE = 16
 
@@ -153,13 +153,6 @@ def zlab_weight_shapes(cfg: DFlashConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype):
-    dims = torch.arange(0, head_dim, 2, dtype=torch.float, device=positions.device)
-    freqs = positions.float()[:, None] * (1.0 / theta ** (dims / head_dim))[None, :]
-    angles = torch.cat((freqs, freqs), dim=-1)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
-
-
 class DFlashDrafter(nn.Module):
     """The drafter: `draft(states, anchor)` adds verified tokens to its context and drafts a block.
 
@@ -212,8 +205,7 @@ class DFlashDrafter(nn.Module):
         self.block_offsets = torch.arange(self.block_size, device=device)
         identity = self.state_order == list(range(len(self.capture_layers)))
         self.state_index = None if identity else torch.tensor(self.state_order, device=device)
-        dims = torch.arange(0, s.head_dim, 2, dtype=torch.float, device=device)
-        self.inv_freq = 1.0 / s.rope_theta ** (dims / s.head_dim)  # float32, as rope_tables computes it
+        self.inv_freq = rope_frequencies(s.head_dim, s.rope_theta, device)
         self.graphs = None
         if target_graphs is not None:
             from engine.dflash_graphs import DrafterGraphs
@@ -306,7 +298,7 @@ class DFlashDrafter(nn.Module):
         [1] device tensor), K/V found and written through the page table; logits [B-1, V]."""
         ctx = StepContext(self.pool, None, None, False, "triton", page_table, start)
         positions = start + self.block_offsets
-        x, residual = self.target.decoder.embed_tokens(ids), None
+        x, residual = self.target.decoder.embed(ids), None
         for layer in self.layers:
             x, residual = layer.fused_forward(x, residual, positions, self.inv_freq, ctx)
         hidden, _ = self.norm.add_forward(x, residual)

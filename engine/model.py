@@ -57,6 +57,20 @@ def triton_available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def rope_frequencies(head_dim: int, theta: float, device) -> torch.Tensor:
+    """RoPE's inverse frequencies [head_dim / 2], in float32 (a buffer would be rounded by .to())."""
+    dims = torch.arange(0, head_dim, 2, dtype=torch.float, device=device)
+    return 1.0 / theta ** (dims / head_dim)
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [T, head_dim] for rotate-half RoPE at positions [T], computed in float32."""
+    freqs = positions.float()[:, None] * rope_frequencies(head_dim, theta, positions.device)[None, :]
+    angles = torch.cat((freqs, freqs), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE. x: [T, heads, D]; cos, sin: [T, D]."""
     half = x.shape[-1] // 2
@@ -160,22 +174,17 @@ class Decoder(nn.Module):
         self._inv_freq: dict[torch.device, torch.Tensor] = {}
 
     def inv_freq(self, device: torch.device) -> torch.Tensor:
-        """RoPE frequencies in float32, as rope_tables computes them (kept off the module: .to()
+        """RoPE frequencies for the fused layers, once per device (kept off the module: .to()
         would round a buffer)."""
         if device not in self._inv_freq:
-            cfg = self.config
-            dims = torch.arange(0, cfg.head_dim, 2, dtype=torch.float, device=device)
-            self._inv_freq[device] = 1.0 / cfg.rope_theta ** (dims / cfg.head_dim)
+            self._inv_freq[device] = rope_frequencies(self.config.head_dim, self.config.rope_theta, device)
         return self._inv_freq[device]
 
-    def rope_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        # computed in float32 on every step: a buffer would be rounded by .to(bfloat16)
-        cfg = self.config
-        dims = torch.arange(0, cfg.head_dim, 2, dtype=torch.float, device=positions.device)
-        inv_freq = 1.0 / cfg.rope_theta ** (dims / cfg.head_dim)
-        freqs = positions.float()[:, None] * inv_freq[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)
-        return angles.cos().to(dtype), angles.sin().to(dtype)
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The fused paths' embedding lookup: a gather over every element at once. nn.Embedding's
+        index_select walks a step's rows one after another (16 rows on the H200: 13.3 us against
+        2.1; one row: 2.5 against 4.2 us, which the decode step's time did not show)."""
+        return self.embed_tokens.weight[ids]
 
     def forward(
         self,
@@ -189,7 +198,7 @@ class Decoder(nn.Module):
         if ctx.backend == "triton":
             return self.fused_forward(ids, positions, ctx, capture)
         x = self.embed_tokens(ids)
-        cos, sin = self.rope_tables(positions, x.dtype)
+        cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
         captured = []
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, ctx)
@@ -201,10 +210,7 @@ class Decoder(nn.Module):
         return hidden
 
     def fused_forward(self, ids, positions, ctx: StepContext, capture: tuple[int, ...] = ()):
-        # a gather over every element at once: nn.Embedding's index_select walks a step's rows one
-        # after another (16 rows on the H200: 13.3 us against 2.1; one row: 2.5 against 4.2 us,
-        # which the decode step's time did not show)
-        x, residual = self.embed_tokens.weight[ids], None
+        x, residual = self.embed(ids), None
         inv_freq = self.inv_freq(x.device)
         captured = []
         for i, layer in enumerate(self.layers):

@@ -151,14 +151,9 @@ def paged_decode_attention(
     t, h, d = q.shape
     kvh = k_cache.shape[1]
     g = h // kvh
-    if chunk:
-        m = 16
-        groups = -(-(t * g) // m)
-        splits = splits or num_splits(kvh, m)
-    else:
-        m = group_rows or max(16, triton.next_power_of_2(t * g))
-        groups = -(-(t * g) // m)
-        splits = splits or num_splits(kvh, m)
+    m = 16 if chunk else group_rows or max(16, triton.next_power_of_2(t * g))
+    groups = -(-(t * g) // m)
+    splits = splits or num_splits(kvh, m)
     rows = m * groups
     part_out = torch.empty((splits, kvh, rows, d), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((splits, kvh, rows), dtype=torch.float32, device=q.device)
