@@ -166,8 +166,8 @@ class Generation:
         start = device_mark(model.device)
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
         t1 = time.perf_counter()
-        on_device = getattr(proposal, "on_device", None)
-        if on_device is not None and on_device.device == model.device:
+        on_device = proposal.drafts_on(model.device)
+        if on_device is not None:
             # the drafts go from the drafter's output to the verify step's input on the device,
             # and come back to the host with the verified tokens: one wait for the whole step
             drafted = device_mark(model.device)
@@ -199,8 +199,8 @@ class Generation:
         device = out.logits.device
         k = len(drafts)
         p = self.model.probabilities(out.logits, self.sampling)
-        d = getattr(proposal, "on_device", None)
-        if d is None or d.device != device:
+        d = proposal.drafts_on(device)
+        if d is None:
             d = torch.tensor(drafts, device=device)
         positions = torch.arange(position, position + k, device=device)
         q = proposal.q[:k].to(device)

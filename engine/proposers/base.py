@@ -22,6 +22,10 @@ class Proposal:
     drafts: list[int]
     q: torch.Tensor | None = None  # [len(drafts), V]: the distribution each draft was sampled from
 
+    def drafts_on(self, device: torch.device) -> torch.Tensor | None:
+        """The drafts as a tensor already on `device`, if the proposer left them there."""
+        return None
+
 
 class DeviceProposal(Proposal):
     """Drafts left where the drafter sampled them. The verify step takes them from there, and
@@ -34,6 +38,9 @@ class DeviceProposal(Proposal):
         self.on_device = on_device  # [n] token ids
         self.q = q
         self._drafts: list[int] | None = None
+
+    def drafts_on(self, device: torch.device) -> torch.Tensor | None:
+        return self.on_device if self.on_device.device == device else None
 
     @property
     def drafts(self) -> list[int]:
