@@ -180,7 +180,6 @@ def test_batch_invariant_bf16_speculation_gives_plain_decodings_tokens():
             assert generate(model, PROMPT, sampling, speculative=DraftProposer(draft, k=k)).tokens == plain, k
 
 
-
 class Litter:
     """Something dropped in a reference cycle: only the garbage collector frees it."""
 
