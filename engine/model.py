@@ -105,6 +105,7 @@ class Attention(nn.Module):
 
     def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
+        from engine.triton_gemv import linear_parts
         from engine.triton_ops import qk_rope_store
 
         t = qkv.shape[0]
@@ -115,7 +116,8 @@ class Attention(nn.Module):
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
         )
         out = attend(q, self.layer, ctx, self.scale)
-        return fast_linear(self.o_proj, out.reshape(t, self.q_size), ctx.invariant_chunk > 0)
+        # its one reader, the residual add in DecoderLayer.fused_forward, takes split partials
+        return linear_parts(out.reshape(t, self.q_size), self.o_proj.weight, self.o_proj.bias, ctx.invariant_chunk > 0)
 
 
 class MLP(nn.Module):
@@ -142,10 +144,12 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext):
+    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, parts: bool = True):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
-        Returns this layer's MLP output and the stream before it."""
-        from engine.triton_gemv import linear, norm_linear
+        Returns this layer's MLP output and the stream before it. The outputs of o and down may
+        be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the next residual
+        add (`RMSNorm.add_forward`) sums; parts=False asks for the MLP's output whole."""
+        from engine.triton_gemv import linear, linear_parts, norm_linear
         from engine.triton_ops import silu_mul
 
         attn, mlp = self.self_attn, self.mlp
@@ -157,7 +161,8 @@ class DecoderLayer(nn.Module):
         norm = self.post_attention_layernorm
         gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
                                         invariant)
-        return linear(silu_mul(gate_up), mlp.down_proj.weight, None, invariant), residual
+        down = linear_parts if parts else linear
+        return down(silu_mul(gate_up), mlp.down_proj.weight, None, invariant), residual
 
 
 class Decoder(nn.Module):
@@ -214,7 +219,7 @@ class Decoder(nn.Module):
         inv_freq = self.inv_freq(x.device)
         captured = []
         for i, layer in enumerate(self.layers):
-            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx)
+            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, parts=i not in capture)
             if i in capture:
                 captured.append(residual + x)
         hidden, _ = self.norm.add_forward(x, residual)

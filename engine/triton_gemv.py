@@ -11,6 +11,9 @@ loads, so every SM has weight bytes in flight:
   padding costs nothing, the weights are read once either way. Wide matrices put the weights
   on the product's left in 64-row tiles; K can be split, the last split to finish a tile adding
   the partial sums in a fixed order (measured no faster at the shapes here, so unused by them).
+  The narrow matrices (o, down) cut K into splits and leave each split's float32 sums as they
+  are (`linear_parts`): the residual add that reads the product adds them, so no program waits
+  for the others of its tile, and there are enough programs for every multiprocessor.
   The widest matrices (gate/up, and a 4B model's lm_head) read faster this way than through
   the GEMV even for one row, so a decode step sends them here too.
 
@@ -80,7 +83,7 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
 @triton.jit
 def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride, k_split,
             HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-            IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr):
+            IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr, DEFER: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < N
@@ -120,7 +123,10 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
             acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
         else:
             acc = tl.dot(x, tl.trans(w), acc)
-    if SPLIT > 1:
+    if DEFER:
+        # each split's float32 sums as they are, out being [SPLIT, T, N]: the consumer adds them
+        tl.store(out_ptr + tl.program_id(1) * T * N + tile, acc, mask=keep)
+    elif SPLIT > 1:
         # split-K: each split leaves its float32 partial; the last to arrive at the tile's counter
         # adds all of them in split order (the rounding does not depend on who came last), writes
         # the tile and resets the counter for the next call. The barrier orders every thread's
@@ -198,6 +204,22 @@ def gemm16_config(n: int, k: int, dtype: torch.dtype = torch.bfloat16, cublas: b
     return (32 if n > 2048 else 16), min(512, block_k), 4, 4
 
 
+PARTS_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {  # (N, K): settings, as in gemm16_config
+    (2560, 4096): (64, 128, 4, 4, 3, True, True),  # Qwen3-4B o: 7.56 us, whole 8.86
+    (2560, 9728): (64, 128, 4, 4, 4, True, True),  # Qwen3-4B down: 14.48 us, whole 16.15
+    (1536, 1536): (64, 128, 4, 4, 4, True, True),  # Qwen2.5-1.5B o: 3.64 us, whole 4.86
+    (1536, 8960): (64, 128, 4, 4, 6, True, True),  # Qwen2.5-1.5B down: 9.50 us, cuBLAS 11.25
+}
+
+
+def parts_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, ...] | None:
+    """Settings for 2..16 rows left as per-split partial sums (`linear_parts`) where that measured
+    faster on the H200 (`SWEEP_PARTS=1 bench/gpu/splitk_sweep.py`), the residual add's extra
+    cost of 0.4-0.6 us included: the narrow matrices, whose output rows alone make too few tiles
+    for 132 multiprocessors. Not for float32 (tests), which keeps its whole products."""
+    return None if dtype == torch.float32 else PARTS_CONFIG.get((n, k))
+
+
 def invariant_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, ...]:
     """The 16-row kernel's settings for every step length (cuBLAS's shapes too): a row's result
     then does not depend on how many rows share its step."""
@@ -237,11 +259,13 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
     else:
         assert prologue == PLAIN
         config = tuple(config or gemm16_config(n, k, x.dtype))
-        block_n, block_k, warps, stages, split, swap = config + (1, False)[len(config) - 4 :]
+        block_n, block_k, warps, stages, split, swap, defer = config + (1, False, False)[len(config) - 4 :]
         tiles = triton.cdiv(n, block_n)
-        k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k  # whole iterations per split
-        split = triton.cdiv(k, k_split)
-        if split > 1:
+        k_split, split = split_k(k, block_k, split)
+        if defer:  # out: [split, T, N] float32, one slice per split
+            assert bias is None and out.shape == (split, t, n) and out.dtype == torch.float32
+            parts = locks = out
+        elif split > 1:
             assert tiles <= MAX_SPLIT_TILES
             parts, locks = torch.empty((split, 16, n), dtype=torch.float32, device=x.device), split_locks(x.device)
         else:
@@ -249,8 +273,14 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, n, k, x.stride(0), k_split,
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
                                 EVEN_K=k % k_split == 0 and k_split % block_k == 0, IEEE=x.dtype == torch.float32,
-                                SPLIT=split, SWAP=swap, num_warps=warps, num_stages=stages)
+                                SPLIT=split, SWAP=swap, DEFER=defer, num_warps=warps, num_stages=stages)
     return out
+
+
+def split_k(k: int, block_k: int, split: int) -> tuple[int, int]:
+    """(K per split, splits): whole iterations per split, so the last may be shorter."""
+    k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    return k_split, triton.cdiv(k, k_split)
 
 
 def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -281,9 +311,27 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return launch(x, weight, bias, out, invariant=invariant)
 
 
+def linear_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 invariant: bool = False) -> torch.Tensor:
+    """x [T, K] @ weight[N, K].T for a verify step, left where it pays as the float32 partial
+    sums of K splits, [S, T, N]: their sum in split order, rounded to x's dtype, is the product.
+    The residual add that takes the output (`triton_ops.add_rms_norm`) adds them on its way, so
+    no program waits at the end for the others that share its tile, and narrow matrices can be
+    cut into enough programs. Otherwise (one row, a bias, no such setting, batch-invariant) `linear`."""
+    t = x.shape[0]
+    n, k = weight.shape
+    split = x.is_cuda and 1 < t <= MAX_ROWS and bias is None and not invariant
+    config = parts_config(n, k, x.dtype) if split else None
+    if config is None:
+        return linear(x, weight, bias, invariant)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    out = torch.empty((split_k(k, config[1], config[4])[1], t, n), dtype=torch.float32, device=x.device)
+    return launch(x, weight, None, out, config=config)
+
+
 def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
     n, k = weight.shape
-    return x.is_cuda and x.shape[0] == 1 and n <= 4096 and k <= 2048
+    return x.is_cuda and x.shape == (1, k) and n <= 4096 and k <= 2048
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,

@@ -278,3 +278,32 @@ def test_logits_are_written_as_the_float32_sums_that_bf16_rounds(t, n, k, device
     assert logits.dtype == torch.float32
     assert rel_err(logits, torch.nn.functional.linear(x.double(), w.double())) < 1e-5  # no bf16 rounding
     assert torch.equal(logits.to(torch.bfloat16), linear(x, w))  # the bf16 product: these sums rounded
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("config", [(16, 64, 4, 2, 2, False, True), (32, 128, 4, 2, 3, False, True),
+                                    (64, 64, 4, 2, 4, True, True)])
+@pytest.mark.parametrize("t", [2, 16])
+def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config, t, device):
+    from engine.triton_gemv import launch, split_k
+    from engine.triton_ops import add_rms_norm
+
+    n, k = 200, 700  # neither a multiple of the tile nor of the K slab
+    x = torch.randn(t, k, dtype=dtype, device=device)
+    w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
+    parts = torch.full((split_k(k, config[1], config[4])[1], t, n), float("nan"), device=device)
+    launch(x, w, None, parts, config=config)
+    assert parts.shape[0] == config[4]
+    assert rel_err(parts.sum(0), torch.nn.functional.linear(x.double(), w.double())) < 1e-5
+    whole = parts[0].clone()
+    for part in parts[1:]:  # the reader's order: split by split, in float32
+        whole += part
+    residual = torch.randn(t, n, dtype=dtype, device=device)
+    norm_w = 1 + 0.1 * torch.randn(n, dtype=dtype, device=device)
+    stream = residual.clone()
+    normed, _ = add_rms_norm(parts, stream, norm_w, 1e-6)
+    expect_stream = residual.clone()
+    expect, _ = add_rms_norm(whole.to(dtype), expect_stream, norm_w, 1e-6)
+    assert torch.equal(stream, expect_stream)  # the partials' sum rounded once, then added
+    # the norm's own reduction may run in another order (the partials' launch has more warps)
+    assert rel_err(normed, expect) < TOL[dtype] / 100
