@@ -113,8 +113,11 @@ def _merge_splits(
 
 def num_splits(num_kv_heads: int, rows: int) -> int:
     """Splits per KV head: about four programs per multiprocessor of an H200 at long context for
-    a decode step, two for a verify step, whose larger query block makes each split dearer to merge."""
-    programs = 512 if rows <= 16 else 256
+    query blocks of up to 32 rows (a decode step, short verify steps), two for larger blocks, whose
+    splits cost more to merge. Qwen3-4B's 8-token step (32 rows), 36 layers' attention, ms, 32
+    against 64 splits: 0.364 / 0.361 at 1K, 0.635 / 0.562 at 4K, 0.974 / 0.843 at 8K; its 16-token
+    step (64 rows) keeps 32: 0.384 against 0.431 at 1K (bench/results/attn-sweep-lengths.txt)."""
+    programs = 512 if rows <= 32 else 256
     return max(8, min(128, triton.next_power_of_2(-(-programs // num_kv_heads))))
 
 

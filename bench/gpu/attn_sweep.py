@@ -6,7 +6,9 @@ argument qwen2.5-1.5b, that of Qwen2.5-1.5B (2 KV heads).
 With `groups`: 16 query tokens at 1K..8K context, each program taking all of a KV head's
 query rows (64 for Qwen3-4B, 96 padded to 128 for Qwen2.5-1.5B) or a group of them.
 With `stages`: warps and pipeline stages of the split kernel.
-Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b] [verify|groups|stages]
+With `lengths`: every verify length's query block (2..16 tokens) at 1K, 4K and 8K context, by
+split count and pipeline stages.
+Usage there: python3 bench/gpu/attn_sweep.py [qwen3-4b|qwen2.5-1.5b] [verify|groups|stages|lengths]
 """
 
 import functools
@@ -93,8 +95,28 @@ def verify_sweep(LAYERS, KVH, H, D):
         print(f"context {context} tokens 16: " + "  ".join(row), flush=True)
 
 
+def lengths_sweep(LAYERS, KVH, H, D):
+    """Each step length's query block: split counts and pipeline stages (the kernel's choice is
+    marked *), so a length whose rows pad to a block of its own can get settings of its own."""
+    for context in (1024, 4096, 8192):
+        k, v, table = paged_context(context, LAYERS, KVH, D)
+        start = torch.tensor([context], device="cuda")
+        for t in (2, 4, 8, 12, 16):
+            q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
+            m = max(16, 1 << (t * H // KVH - 1).bit_length())
+            chosen = (num_splits(KVH, m), 2 if m > 16 else 3)
+            row = []
+            for splits, stages in itertools.product((16, 32, 64, 128), (2, 3)):
+                run = functools.partial(every_layer, q, k, v, table, start, splits, 32, None, None, stages)
+                mark = "*" if (splits, stages) == chosen else ""
+                row.append(f"s{splits}/st{stages}{mark} {time_graph(run):.3f}")
+            print(f"context {context} tokens {t}: " + "  ".join(row), flush=True)
+
+
 def main():
     LAYERS, KVH, H, D = SHAPES[sys.argv[1] if len(sys.argv) > 1 else "qwen3-4b"]
+    if "lengths" in sys.argv:
+        return lengths_sweep(LAYERS, KVH, H, D)
     if "verify" in sys.argv:
         return verify_sweep(LAYERS, KVH, H, D)
     if "groups" in sys.argv:
