@@ -115,9 +115,9 @@ class Attention(nn.Module):
             self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
         )
-        out = attend(q, self.layer, ctx, self.scale)
+        out = attend(q, self.layer, ctx, self.scale).reshape(t, self.q_size)
         # its one reader, the residual add in DecoderLayer.fused_forward, takes split partials
-        return linear_parts(out.reshape(t, self.q_size), self.o_proj.weight, self.o_proj.bias, ctx.invariant_chunk > 0)
+        return linear_parts(out, self.o_proj.weight, self.o_proj.bias, ctx.invariant_chunk > 0)
 
 
 class MLP(nn.Module):
@@ -147,8 +147,9 @@ class DecoderLayer(nn.Module):
     def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, parts: bool = True):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
         Returns this layer's MLP output and the stream before it. The outputs of o and down may
-        be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the next residual
-        add (`RMSNorm.add_forward`) sums; parts=False asks for the MLP's output whole."""
+        be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the residual add
+        after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
+        the final norm); parts=False asks for the MLP's output whole."""
         from engine.triton_gemv import linear, linear_parts, norm_linear
         from engine.triton_ops import silu_mul
 

@@ -105,7 +105,7 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
         k_hi = K
     else:
         k_lo = tl.program_id(1) * k_split
-        k_hi = k_lo + k_split
+        k_hi = tl.minimum(k_lo + k_split, K)  # the last split may be shorter
     for k0 in range(k_lo, k_hi, BLOCK_K):
         c = k0 + cols
         if EVEN_K:
@@ -215,8 +215,8 @@ PARTS_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {  # (N, K): settings, as
 def parts_config(n: int, k: int, dtype: torch.dtype) -> tuple[int, ...] | None:
     """Settings for 2..16 rows left as per-split partial sums (`linear_parts`) where that measured
     faster on the H200 (`SWEEP_PARTS=1 bench/gpu/splitk_sweep.py`), the residual add's extra
-    cost of 0.4-0.6 us included: the narrow matrices, whose output rows alone make too few tiles
-    for 132 multiprocessors. Not for float32 (tests), which keeps its whole products."""
+    cost included (0.2-0.4 us at the warps it takes for partials): the narrow matrices, whose
+    output rows alone make too few tiles for 132 multiprocessors. Not for float32 (tests)."""
     return None if dtype == torch.float32 else PARTS_CONFIG.get((n, k))
 
 
@@ -272,7 +272,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
             parts = locks = out
         _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, n, k, x.stride(0), k_split,
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
-                                EVEN_K=k % k_split == 0 and k_split % block_k == 0, IEEE=x.dtype == torch.float32,
+                                EVEN_K=k % block_k == 0, IEEE=x.dtype == torch.float32,
                                 SPLIT=split, SWAP=swap, DEFER=defer, num_warps=warps, num_stages=stages)
     return out
 
@@ -320,8 +320,8 @@ def linear_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     cut into enough programs. Otherwise (one row, a bias, no such setting, batch-invariant) `linear`."""
     t = x.shape[0]
     n, k = weight.shape
-    split = x.is_cuda and 1 < t <= MAX_ROWS and bias is None and not invariant
-    config = parts_config(n, k, x.dtype) if split else None
+    verify = x.is_cuda and 1 < t <= MAX_ROWS and bias is None and not invariant
+    config = parts_config(n, k, x.dtype) if verify else None
     if config is None:
         return linear(x, weight, bias, invariant)
     x = x if x.stride(-1) == 1 else x.contiguous()

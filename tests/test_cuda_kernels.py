@@ -284,11 +284,12 @@ def test_logits_are_written_as_the_float32_sums_that_bf16_rounds(t, n, k, device
 @pytest.mark.parametrize("config", [(16, 64, 4, 2, 2, False, True), (32, 128, 4, 2, 3, False, True),
                                     (64, 64, 4, 2, 4, True, True)])
 @pytest.mark.parametrize("t", [2, 16])
-def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config, t, device):
+@pytest.mark.parametrize("k", [700, 896])  # K slabs masked at the end, or all whole (the last split shorter)
+def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config, t, k, device):
     from engine.triton_gemv import launch, split_k
     from engine.triton_ops import add_rms_norm
 
-    n, k = 200, 700  # neither a multiple of the tile nor of the K slab
+    n = 200  # not a multiple of the tile
     x = torch.randn(t, k, dtype=dtype, device=device)
     w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
     parts = torch.full((split_k(k, config[1], config[4])[1], t, n), float("nan"), device=device)
@@ -305,5 +306,6 @@ def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config,
     expect_stream = residual.clone()
     expect, _ = add_rms_norm(whole.to(dtype), expect_stream, norm_w, 1e-6)
     assert torch.equal(stream, expect_stream)  # the partials' sum rounded once, then added
-    # the norm's own reduction may run in another order (the partials' launch has more warps)
-    assert rel_err(normed, expect) < TOL[dtype] / 100
+    # the norm's own sum of squares may be added in another order (the partials' launch has more
+    # warps): a last-bit difference in its scale
+    assert rel_err(normed, expect) < TOL[dtype] / 10
