@@ -20,6 +20,22 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_device(device: str | torch.device) -> str | torch.device:
+    """The device if this machine has it: cpu, cuda or cuda:N."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        parsed = None
+    if parsed is None or parsed.type not in ("cpu", "cuda"):
+        raise EngineError(f"unknown device {str(device)!r}: use cpu, cuda or cuda:N")
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise EngineError("CUDA was asked for but no GPU is available here (use --device cpu)")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise EngineError(f"no GPU {parsed}: this machine has {torch.cuda.device_count()}")
+    return device
+
+
 def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -46,9 +62,7 @@ def load_model(
     reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
     from engine import packs
 
-    device = device or default_device()
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise EngineError("CUDA was asked for but no GPU is available here (use --device cpu)")
+    device = check_device(device or default_device())
     dtype = resolve_dtype(dtype, device)
     path = Path(os.path.expanduser(name_or_path))
     if name_or_path in packs.PACKS:

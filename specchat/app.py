@@ -117,8 +117,8 @@ class SpecChat(App):
     def load_model(self) -> None:
         try:
             label = self.session.load(lambda text: self.post_message(LoadProgress("model", text)))
-        except EngineError as err:
-            self.post_message(LoadFailed("model", str(err)))
+        except Exception as err:  # noqa: BLE001 - the worker would swallow it and leave "loading…" up
+            self.post_message(LoadFailed("model", one_line(err)))
             return
         self.post_message(ModelReady(label))
 
@@ -158,8 +158,8 @@ class SpecChat(App):
             proposer = self.session.proposer(
                 name, self.settings.k, lambda text: self.post_message(LoadProgress(name, text))
             )
-        except EngineError as err:
-            self.post_message(LoadFailed(name, str(err)))
+        except Exception as err:  # noqa: BLE001 - as for the model
+            self.post_message(LoadFailed(name, one_line(err)))
             return
         self.post_message(ProposerReady(name, proposer))
 
@@ -208,6 +208,10 @@ class SpecChat(App):
     @on(Input.Submitted, "#prompt")
     def submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
+        if text and not text.startswith("/") and self.gen is not None:
+            # the message stays in the box, to be sent once the reply is done
+            self.notify("a reply is being written: wait for it, or press esc to stop it")
+            return
         event.input.clear()
         if text.startswith("/"):
             self.command(text)
@@ -298,7 +302,11 @@ class SpecChat(App):
         name, _, rest = text.partition(" ")
         rest = rest.strip()
         if name == "/export":
-            path = self.record.export(Path(rest).expanduser() if rest else None)
+            try:
+                path = self.record.export(Path(rest).expanduser() if rest else None)
+            except OSError as err:
+                self.notify(f"cannot write the chat to {err.filename or rest}: {err.strerror}", severity="error")
+                return
             self.notify(f"chat written to {path}")
         elif name == "/new":
             self.action_new_chat()
@@ -308,6 +316,8 @@ class SpecChat(App):
             self.notify(f"system prompt: {rest}" if rest else "no system prompt")
         elif name == "/k" and rest.isdigit():
             self.action_k(int(rest) - self.settings.k)
+            if self.settings.k != int(rest):  # out of range, or beyond what the drafter's block gives
+                self.notify(f"k = {rest} is out of range here: k is {self.settings.k}", severity="warning")
         elif name == "/proposer" and rest in self.session.proposer_names():
             self.choose_proposer(rest)
         elif name == "/help":
@@ -343,14 +353,26 @@ class SpecChat(App):
         self.push_screen(SettingsScreen(self.settings, sorted(self.available_themes)), done)
 
     def save_settings(self) -> None:
-        if self.save:
+        if not self.save:
+            return
+        try:
             self.settings.save()
+        except OSError as err:
+            self.notify(f"cannot save the settings: {err.strerror}", severity="error")
 
     def save_record(self) -> None:
         try:
             self.record.save()
         except OSError as err:
             self.notify(f"cannot save the transcript: {err.strerror}", severity="error")
+
+
+def one_line(err: Exception) -> str:
+    """An error for the screen: the engine's own message, or the first line of anything else."""
+    if isinstance(err, EngineError):
+        return str(err)
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
 def make_app(session: ChatSession, settings: Settings | None = None, save: bool = True) -> SpecChat:

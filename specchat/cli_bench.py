@@ -222,19 +222,25 @@ def run_jobs(jobs, args) -> list[dict]:
 def bench(args, argv: list[str] | None = None) -> int:
     """The seed's results table for one target, ours and transformers' in the same run."""
     from engine.bench import report
+    from engine.errors import EngineError
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():  # found before a long run, not after it
+        raise EngineError(f"--out {args.out}: a file is there, not a folder")
     if args.from_json:
         results = report.merge([report.read_json(Path(f)) for f in args.from_json])
     else:
         with torch_threads(args.threads):
             results = measure(args, argv)
-    if not args.from_json or len(args.from_json) > 1:
-        report.write_json(results, out / "bench.json")
-        print(f"figures: {out / 'bench.json'}", file=sys.stderr)
-    why = report.write_chart(results, out / "bench.png")
-    print(report.markdown(results), end="")
+    print(report.markdown(results), end="")  # the table first: a folder that cannot be written loses no figures
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if not args.from_json or len(args.from_json) > 1:
+            report.write_json(results, out / "bench.json")
+            print(f"figures: {out / 'bench.json'}", file=sys.stderr)
+        why = report.write_chart(results, out / "bench.png")
+    except OSError as err:
+        raise EngineError(f"cannot write to {out}: {err.strerror}") from None
     print(why or f"chart: {out / 'bench.png'}", file=sys.stderr)
     return 0
 

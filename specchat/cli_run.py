@@ -18,6 +18,8 @@ def read_prompt(args) -> str:
                 return f.read()
         except OSError as err:
             raise EngineError(f"cannot read {args.prompt_file}: {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise EngineError(f"cannot read {args.prompt_file}: not UTF-8 text") from None
     if sys.stdin.isatty():
         raise EngineError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on standard input")
     return sys.stdin.read()

@@ -294,3 +294,84 @@ async def test_a_model_that_cannot_load_says_why():
         await until(pilot, lambda: "cannot load" in str(app.query_one("#loading-text").render()), "the error")
         assert "no model 'nope'" in str(app.query_one("#loading-text").render())
         assert app.query_one("#prompt").disabled
+
+
+def recorded_notes(app) -> list[str]:
+    """What the app tells the user in notifications, kept for the test to read."""
+    notes = []
+    app.notify = lambda message, **kw: notes.append(str(message))
+    return notes
+
+
+@pilot_test
+async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_forever():
+    class Broken(ScriptedSession):
+        def load(self, progress):
+            raise RuntimeError("Expected one of cpu, cuda device type at start of device string: tpu\nmore")
+
+    app = make_app(Broken(), Settings(), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "cannot load" in str(app.query_one("#loading-text").render()), "the error")
+        shown = str(app.query_one("#loading-text").render())
+        assert "RuntimeError: Expected one of cpu, cuda" in shown and "more" not in shown
+
+
+@pilot_test
+async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(home):
+    app = make_app(ScriptedSession(), Settings(), save=False)
+    notes = recorded_notes(app)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await ask(pilot, "hello")
+        await say(pilot, f"/export {home}")  # a folder, not a file
+        await pilot.pause()
+        assert notes[-1].startswith("cannot write the chat to")
+        await ask(pilot, "again")
+        assert len(app.query(ReplyView)) == 2 and reply(app).text == "".join(WORDS)
+
+
+@pilot_test
+async def test_a_message_sent_while_a_reply_is_written_stays_in_the_box():
+    session = ScriptedSession(accepts=[1], stepwise=True)
+    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "first")
+        await say(pilot, "second")
+        assert app.query_one("#prompt").value == "second"  # refused for now, not lost
+        await pilot.press("escape")
+        await until(pilot, lambda: app.gen is None, "the stop")
+        session.stepwise = False
+        await pilot.press("enter")
+        await until(pilot, lambda: app.gen is None and len(app.query(ReplyView)) == 2 and reply(app).status,
+                    "the second reply")
+        assert session.prompts[-1][-1]["content"] == "second"
+
+
+@pilot_test
+async def test_a_settings_folder_that_cannot_be_written_is_reported_not_fatal(home, monkeypatch):
+    blocked = home / "blocked"
+    blocked.write_text("a file where the folder should be")
+    monkeypatch.setenv("SPECCHAT_HOME", str(blocked))
+    app = make_app(ScriptedSession(), Settings(), save=True)
+    notes = recorded_notes(app)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await ask(pilot, "hello")
+        assert any(n.startswith("cannot save the settings") for n in notes)
+        assert any(n.startswith("cannot save the transcript") for n in notes)
+        assert reply(app).text == "".join(WORDS)
+
+
+@pilot_test
+async def test_k_out_of_range_is_said_not_silently_changed():
+    app = make_app(ScriptedSession(), Settings(proposer="n-gram", k=4), save=False)
+    notes = recorded_notes(app)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await say(pilot, "/k 99")
+        await pilot.pause()
+        assert app.settings.k == 15 and notes[-1] == "k = 99 is out of range here: k is 15"
+        await say(pilot, "/k 3")
+        await pilot.pause()
+        assert app.settings.k == 3 and notes[-1].startswith("k = 99")  # nothing more to say

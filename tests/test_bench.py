@@ -321,3 +321,28 @@ def test_bad_bench_settings_are_one_line_errors(tmp_path, capsys, tiny_models):
     assert "k must be a whole number from 1 to 15" in capsys.readouterr().err
     assert main(["bench", "--model", "target", "--prompts", "nope.txt", "--out", str(tmp_path)]) == 1
     assert "no prompt 'nope.txt'" in capsys.readouterr().err
+
+
+def test_bench_files_that_cannot_be_read_or_written_are_one_line_errors(tmp_path, capsys, tiny_models):
+    not_json, other_json, blocked = tmp_path / "notes.txt", tmp_path / "other.json", tmp_path / "a-file"
+    not_json.write_text("not json")
+    other_json.write_text('{"rows": []}')
+    blocked.write_text("")
+    for path, message in ((tmp_path / "missing.json", "cannot read"), (not_json, "not JSON"),
+                          (other_json, "not a bench.json of this version")):
+        assert main(["bench", "--from-json", str(path), "--out", str(tmp_path / "out")]) == 1
+        assert message in capsys.readouterr().err
+    assert main(["bench", "--model", "target", "--no-peers", "--out", str(blocked)]) == 1
+    assert "a file is there, not a folder" in capsys.readouterr().err
+    fresh = tmp_path / "fresh"
+    assert main(["bench", "--model", "target", "--prompts", "nope.txt", "--out", str(fresh)]) == 1
+    assert not fresh.exists()  # a bench that did not run leaves no folder behind
+
+
+def test_a_prompt_file_that_is_not_text_is_a_one_line_error(tmp_path, capsys, tiny_models):
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    assert main(["compare", "--model", "target", "--prompt-file", str(binary)]) == 1
+    assert "not UTF-8 text" in capsys.readouterr().err
+    assert main(["run", "--model", "target", "--prompt-file", str(binary)]) == 1
+    assert "not UTF-8 text" in capsys.readouterr().err

@@ -84,6 +84,12 @@ def test_missing_weights_are_one_clear_error(tmp_path):
         load_model(str(tmp_path), device="cpu")
 
 
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpu0"])
+def test_unknown_device_is_one_clear_error(device):
+    with pytest.raises(EngineError, match="unknown device"):
+        load_model("no-such-model", device=device)
+
+
 def test_unknown_model_name_is_one_clear_error():
     with pytest.raises(EngineError, match="no model 'no-such-model'"):
         load_model("no-such-model", device="cpu")

@@ -77,6 +77,8 @@ def prompt_from_file(path: str) -> Prompt:
             f"no prompt {path!r}: not one of {', '.join(builtin_prompts())} and not a readable file "
             f"({err.strerror})"
         ) from None
+    except UnicodeDecodeError:
+        raise EngineError(f"cannot read the prompt file {path}: not UTF-8 text") from None
     if not text.strip():
         raise EngineError(f"the prompt file {path} is empty")
     return Prompt(file.stem, file.stem, text)

@@ -81,7 +81,16 @@ def write_json(results: dict, path: Path) -> None:
 
 
 def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """An earlier run's bench.json."""
+    try:
+        results = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise EngineError(f"cannot read {path}: {err.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise EngineError(f"{path} is not a bench.json: not JSON") from None
+    if not isinstance(results, dict) or results.get("schema") != SCHEMA:
+        raise EngineError(f"{path} is not a bench.json of this version (schema {SCHEMA})")
+    return results
 
 
 def merge(runs: list[dict]) -> dict:
