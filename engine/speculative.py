@@ -215,6 +215,10 @@ class Generation:
                 break
         if len(step.tokens) >= budget and step.finished is None:
             step.finished = "length"
+        if step.finished is None and step.position + len(step.tokens) > self.model.max_context:
+            # the context is full: the next step's input would have no room in the cache, so the
+            # reply ends here as at its token budget, keeping what it wrote
+            step.finished = "length"
         if len(step.tokens) > budget:
             step.tokens = step.tokens[:budget]
         self.tokens.extend(step.tokens)

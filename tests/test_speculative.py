@@ -178,6 +178,20 @@ def test_prompt_over_the_context_is_a_clear_error(target):
         generate(target, [1] * (target.max_context + 1), GREEDY)
 
 
+def test_a_reply_that_fills_the_context_ends_there_as_plain_decoding_does(target, draft):
+    """The cache holds max_context tokens: the reply keeps every token it can, and ends as at
+    its token budget, whatever the proposer (drafts never run past the room left)."""
+    model = tiny_model("qwen2", seed=1)
+    model.max_context = 64
+    prompt = (REPEATING * 4)[:50]
+    expect = generate(model, prompt, SamplingParams(max_tokens=100))
+    assert len(expect.tokens) == 64 + 1 - len(prompt)  # the last token needs no room of its own
+    assert expect.finished == "length"
+    for proposer in (NgramProposer(k=15), DraftProposer(draft, k=7)):
+        result = generate(model, prompt, SamplingParams(max_tokens=100), speculative=proposer)
+        assert result.tokens == expect.tokens and result.finished == "length"
+
+
 def test_draft_with_another_vocabulary_is_refused(target):
     other = tiny_model("llama", vocab=80)
     with pytest.raises(EngineError, match="vocabulary"):
