@@ -30,12 +30,17 @@ def data_dir() -> Path:
     return Path(home) / "data" if home else user_data_path(APP)
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, shared: bool = False) -> None:
     """Write to a temporary file beside `path`, then rename it over: a crash leaves the old file or
-    the new one, never half of one."""
+    the new one, never half of one. The file is the user's alone (a temporary file's mode) unless
+    `shared`: an export gets the permissions a plain write would give it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if shared:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -121,5 +126,5 @@ class ChatRecord:
 
     def export(self, path: Path | None = None) -> Path:
         path = path or data_dir() / "exports" / f"{self.id}.md"
-        write_atomically(path, self.markdown())
+        write_atomically(path, self.markdown(), shared=True)
         return path

@@ -7,6 +7,7 @@ Generation, it reads `speculative` (and the proposer's k) afresh at every step a
 
 from __future__ import annotations
 
+import os
 import threading
 from argparse import Namespace
 from types import SimpleNamespace
@@ -193,6 +194,10 @@ def test_transcript_is_saved_whole_and_exports_as_markdown(tmp_path, monkeypatch
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
     md = record.export(tmp_path / "chat.md").read_text()
     assert "## You\n\nhi" in md
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "chat.md").stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain write leaves it
+    assert path.stat().st_mode & 0o777 == 0o600  # the transcript stays the user's alone
 
 
 def test_speedup_waits_for_a_timed_plain_step():
