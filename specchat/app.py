@@ -219,9 +219,7 @@ class SpecChat(App):
             self.send(text)
 
     def send(self, text: str) -> None:
-        if self.gen is not None:
-            self.notify("a reply is being written: wait for it, or press esc to stop it")
-            return
+        """Start a reply to `text` (no reply is being written: `submitted` keeps the text till then)."""
         try:
             sampling = self.settings.sampling()
             self.record.messages.append({"role": "user", "content": text})

@@ -283,17 +283,26 @@ async def test_an_engine_error_ends_the_reply_with_its_message_and_the_chat_goes
         assert not app.query_one("#prompt").disabled
 
 
-@pilot_test
-async def test_a_model_that_cannot_load_says_why():
+async def shown_when_load_fails(error: Exception) -> tuple[str, bool]:
+    """The loading screen's text once a model load that raises `error` has failed, and whether
+    the message box is still disabled."""
+
     class Unloadable(ScriptedSession):
         def load(self, progress):
-            raise EngineError("no model 'nope': not a file or directory")
+            raise error
 
     app = make_app(Unloadable(), Settings(), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: "cannot load" in str(app.query_one("#loading-text").render()), "the error")
-        assert "no model 'nope'" in str(app.query_one("#loading-text").render())
-        assert app.query_one("#prompt").disabled
+        loading = app.query_one("#loading-text")
+        await until(pilot, lambda: "cannot load" in str(loading.render()), "the error")
+        return str(loading.render()), app.query_one("#prompt").disabled
+
+
+@pilot_test
+async def test_a_model_that_cannot_load_says_why():
+    shown, disabled = await shown_when_load_fails(EngineError("no model 'nope': not a file or directory"))
+    assert "no model 'nope'" in shown
+    assert disabled
 
 
 def recorded_notes(app) -> list[str]:
@@ -305,15 +314,9 @@ def recorded_notes(app) -> list[str]:
 
 @pilot_test
 async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_forever():
-    class Broken(ScriptedSession):
-        def load(self, progress):
-            raise RuntimeError("Expected one of cpu, cuda device type at start of device string: tpu\nmore")
-
-    app = make_app(Broken(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: "cannot load" in str(app.query_one("#loading-text").render()), "the error")
-        shown = str(app.query_one("#loading-text").render())
-        assert "RuntimeError: Expected one of cpu, cuda" in shown and "more" not in shown
+    error = RuntimeError("Expected one of cpu, cuda device type at start of device string: tpu\nmore")
+    shown, _ = await shown_when_load_fails(error)
+    assert "RuntimeError: Expected one of cpu, cuda" in shown and "more" not in shown
 
 
 @pilot_test
