@@ -5,14 +5,14 @@
     result = generate(model, ids, sampling=SamplingParams(), speculative=NgramProposer(k=4))
 """
 
-from engine.config import ModelConfig
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.loader import load_model
-from engine.metrics import Metrics
-from engine.proposers import DFlashProposer, DraftProposer, NgramProposer, Proposer
-from engine.runner import Model, random_model
-from engine.sampling import SamplingParams
-from engine.speculative import Generation, Result, Step, generate, stream
+from engine.loading.loader import load_model
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers import DFlashProposer, DraftProposer, NgramProposer, Proposer
+from engine.runtime.model import Model, random_model
+from engine.runtime.sampling import SamplingParams
+from engine.speculation.loop import Generation, Result, Step, generate, stream
 
 __all__ = [
     "DFlashProposer", "DraftProposer", "EngineError", "Generation", "Metrics", "Model", "ModelConfig",

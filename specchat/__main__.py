@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench_steps(argv: list[str]) -> int:
-    from engine.bench.steps import main as steps_main
+    from engine.runtime.profile import main as steps_main
     from engine.errors import EngineError
 
     try:

@@ -144,7 +144,7 @@ def load_dflash(source: str, target):
     from engine.errors import EngineError
 
     try:
-        from engine.proposers.dflash import load_drafter, write_random_drafter
+        from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
     except ImportError:
         raise EngineError("this build has no DFlash proposer") from None
     if source != RANDOM:
@@ -157,7 +157,7 @@ def load_dflash(source: str, target):
 
 def check_settings(args) -> None:
     from engine.errors import EngineError
-    from engine.proposers.base import check_k
+    from engine.speculation.proposers.base import check_k
 
     for k in args.k + (getattr(args, "peer_k", None) or []):
         check_k(k)
@@ -210,7 +210,7 @@ def torch_threads(n: int | None):
 
 
 def run_jobs(jobs, args) -> list[dict]:
-    from engine.bench.speculative import execute, planned_runs
+    from specchat.bench.runs import execute, planned_runs
 
     bar = ProgressBar(planned_runs(jobs, args.warmup, args.repeats))
     try:
@@ -221,7 +221,7 @@ def run_jobs(jobs, args) -> list[dict]:
 
 def bench(args, argv: list[str] | None = None) -> int:
     """The seed's results table for one target, ours and transformers' in the same run."""
-    from engine.bench import report
+    from specchat.bench import report
     from engine.errors import EngineError
 
     out = Path(args.out)
@@ -246,9 +246,9 @@ def bench(args, argv: list[str] | None = None) -> int:
 
 
 def measure(args, argv: list[str] | None) -> dict:
-    from engine.bench import report
-    from engine.bench.prompts import load_prompts
-    from engine.bench.speculative import Case, best_k, methods, our_jobs
+    from specchat.bench import report
+    from specchat.bench.prompts import load_prompts
+    from specchat.bench.runs import Case, best_k, methods, our_jobs
 
     check_settings(args)
     prompts = load_prompts(args.prompts)
@@ -262,7 +262,7 @@ def measure(args, argv: list[str] | None) -> dict:
     method_list = methods(args.k, draft, drafter, dflash_label)
     peer = None
     if not args.no_peers:
-        from engine.bench.peers import TransformersPeer
+        from specchat.bench.peers import TransformersPeer
 
         note(f"loading {args.model} in transformers")
         peer = TransformersPeer(
@@ -342,9 +342,9 @@ def notes(args, dflash_label: str) -> list[str]:
 
 def compare(args) -> int:
     """Every available proposer at a few k on the user's prompt: one table, best k marked."""
-    from engine.bench import report
-    from engine.bench.prompts import prompt_from_file
-    from engine.bench.speculative import Case, methods, our_jobs
+    from specchat.bench import report
+    from specchat.bench.prompts import prompt_from_file
+    from specchat.bench.runs import Case, methods, our_jobs
 
     check_settings(args)
     prompt = prompt_from_file(args.prompt_file)

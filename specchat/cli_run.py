@@ -55,7 +55,7 @@ def run(args) -> int:
 
 
 def pull(args) -> int:
-    from engine import packs
+    from engine.loading import packs
 
     if args.name is None:
         for name, pack in packs.PACKS.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from engine import DraftProposer, EngineError, NgramProposer, SamplingParams, load_model
-from engine.proposers.base import check_k
+from engine.speculation.proposers.base import check_k
 
 
 def progress_line(message: str) -> None:
@@ -44,7 +44,7 @@ def proposer_from(args, target, progress=progress_line):
                            max_context=target.max_context, progress=progress, eager=target.eager)
         return DraftProposer(draft, k=k, sample=args.sample_drafts)
     if getattr(args, "dflash", None):
-        from engine.proposers.dflash import DFlashProposer, load_drafter
+        from engine.speculation.proposers.dflash.proposer import DFlashProposer, load_drafter
 
         drafter = load_drafter(args.dflash, target)
         return DFlashProposer(drafter, k=check_k(args.k if args.k is not None else drafter.block_size - 1))

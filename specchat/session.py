@@ -10,7 +10,7 @@ import importlib.util
 from collections.abc import Callable
 
 from engine import DraftProposer, EngineError, Generation, NgramProposer, Proposer, SamplingParams, stream
-from engine.proposers.base import MAX_K
+from engine.speculation.proposers.base import MAX_K
 from specchat.messages import ReplyDone, StepDone
 
 Post = Callable[[object], object]
@@ -81,7 +81,7 @@ class ChatSession:
         names = ["off", "n-gram"]
         if self.args.draft:
             names.append("draft")
-        if self.args.dflash and importlib.util.find_spec("engine.proposers.dflash"):
+        if self.args.dflash and importlib.util.find_spec("engine.speculation.proposers.dflash.proposer"):
             names.append("dflash")
         return names
 
@@ -115,7 +115,7 @@ class ChatSession:
             )
             return DraftProposer(draft, k=4, sample=bool(getattr(self.args, "sample_drafts", False)))
         if name == "dflash":
-            from engine.proposers.dflash import DFlashProposer, load_drafter
+            from engine.speculation.proposers.dflash.proposer import DFlashProposer, load_drafter
 
             drafter = load_drafter(self.args.dflash, self.model)
             return DFlashProposer(drafter, k=clamp_k(drafter.block_size - 1))

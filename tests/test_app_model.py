@@ -6,7 +6,7 @@ from argparse import Namespace
 
 import pytest
 
-from engine import packs
+from engine.loading import packs
 from specchat.app import make_app
 from specchat.session import ChatSession
 from specchat.settings import Settings

@@ -10,10 +10,10 @@ import torch
 
 import engine
 from engine import ModelConfig, random_model
-from engine.bench.prompts import load_prompts, source_code
-from engine.bench.report import write_chart
-from engine.bench.speculative import SPECCHAT, Case, Job, Run, best_k, execute
-from engine.sampling import SamplingParams
+from specchat.bench.prompts import load_prompts, source_code
+from specchat.bench.report import write_chart
+from specchat.bench.runs import SPECCHAT, Case, Job, Run, best_k, execute
+from engine.runtime.sampling import SamplingParams
 from specchat.__main__ import main
 
 VOCAB = 64
@@ -209,7 +209,7 @@ def test_runs_split_by_prompt_merge_into_one_table(tmp_path, capsys, tiny_models
 
 
 def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path, capsys, tiny_models):
-    pytest.importorskip("engine.proposers.dflash")
+    pytest.importorskip("engine.speculation.proposers.dflash.proposer")
     results, out = bench(tmp_path, capsys, "--model", "deep", "--dflash", "random", "--k", "2", "15")
     dflash = [r for r in results["rows"] if r["method"] == "dflash"]
     assert {(r["sampling"], r["k"]) for r in dflash} == {

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine import DraftProposer, NgramProposer, SamplingParams, generate
-from engine.runner import Model
+from engine.runtime.model import Model
 from tests.conftest import tiny_model
 
 pytestmark = pytest.mark.gpu
@@ -224,7 +224,7 @@ class Litter:
 def drop_drafter_like_litter(pool, n: int = 8) -> None:
     """Objects like a drafter switched away from: a pinned input buffer a copy used, an event,
     a graph captured into the pool the next capture shares."""
-    from engine.graphs import capture
+    from engine.runtime.step_graphs import capture
 
     y = torch.zeros(64, device="cuda")
     for _ in range(n):
@@ -241,7 +241,7 @@ def drop_drafter_like_litter(pool, n: int = 8) -> None:
 def test_garbage_collected_during_a_capture_does_not_break_it():
     import gc
 
-    from engine.graphs import capture
+    from engine.runtime.step_graphs import capture
 
     pool = torch.cuda.graph_pool_handle()
     x = torch.ones(64, device="cuda")

@@ -7,8 +7,8 @@ outputs first, so an unwritten element or a wrong page lookup cannot pass.
 import pytest
 import torch
 
-from engine.attention import fused_attention, reference_attention
-from engine.model import RMSNorm, rope
+from engine.runtime.attention import fused_attention, reference_attention
+from engine.network.decoder import RMSNorm, rope
 
 pytestmark = pytest.mark.gpu
 
@@ -44,7 +44,7 @@ def paged_cache(length: int, kvh: int, d: int, dtype, device, spare: int = 3):
                                              (16, 16, True), (16, 1100, True), (16, 1100, False)])
 @pytest.mark.parametrize("heads", [(32, 8, 128), (12, 2, 128), (14, 2, 64)])
 def test_paged_decode_attention_matches_reference(dtype, t, length, causal, heads, device):
-    from engine.triton_attention import paged_decode_attention
+    from engine.kernels.attention import paged_decode_attention
 
     h, kvh, d = heads
     k_cache, v_cache, pages, slots = paged_cache(length, kvh, d, dtype, device)
@@ -57,7 +57,7 @@ def test_paged_decode_attention_matches_reference(dtype, t, length, causal, head
 
 @pytest.mark.parametrize("splits", [8, 64])
 def test_split_count_does_not_change_the_result(splits, device):
-    from engine.triton_attention import paged_decode_attention
+    from engine.kernels.attention import paged_decode_attention
 
     k_cache, v_cache, pages, slots = paged_cache(2000, 8, 128, torch.float32, device)
     q = torch.randn(4, 32, 128, device=device)
@@ -80,7 +80,7 @@ def test_fused_attention_matches_reference(t, length, device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("with_residual", [True, False])
 def test_add_rms_norm_matches_the_module(dtype, with_residual, device):
-    from engine.triton_ops import add_rms_norm
+    from engine.kernels.ops import add_rms_norm
 
     norm = RMSNorm(2560, 1e-6).to(device, dtype)
     torch.nn.init.normal_(norm.weight, 1.0, 0.1)
@@ -94,7 +94,7 @@ def test_add_rms_norm_matches_the_module(dtype, with_residual, device):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_mul_matches_torch(dtype, device):
-    from engine.triton_ops import silu_mul
+    from engine.kernels.ops import silu_mul
 
     gate_up = torch.randn(3, 2 * 3000, device=device, dtype=dtype)
     gate, up = gate_up.chunk(2, dim=-1)
@@ -105,7 +105,7 @@ def test_silu_mul_matches_torch(dtype, device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("qk_norm", [True, False])
 def test_qk_rope_store_matches_the_torch_layer(dtype, qk_norm, device):
-    from engine.triton_ops import qk_rope_store
+    from engine.kernels.ops import qk_rope_store
 
     t, h, kvh, d, theta = 7, 8, 2, 64, 1e6
     k_cache, v_cache, pages, _ = paged_cache(200, kvh, d, dtype, device)
@@ -137,7 +137,7 @@ def test_qk_rope_store_matches_the_torch_layer(dtype, qk_norm, device):
 
 
 def test_narrow_heads_of_tiny_models(device):
-    from engine.triton_attention import paged_decode_attention
+    from engine.kernels.attention import paged_decode_attention
 
     k_cache, v_cache, pages, slots = paged_cache(50, 2, 8, torch.float32, device)
     q = torch.randn(3, 4, 8, device=device)
@@ -152,7 +152,7 @@ def test_narrow_heads_of_tiny_models(device):
 @pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (1536, 8960, False), (17920, 1536, False),
                                       (19456, 2560, True), (151936, 896, False), (100, 72, True), (37, 1000, False)])
 def test_step_linear_matches_cublas(dtype, t, n, k, bias, device):
-    from engine.triton_gemv import linear
+    from engine.kernels.gemv import linear
 
     x = torch.randn(t, k, dtype=dtype, device=device)
     w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
@@ -164,7 +164,7 @@ def test_step_linear_matches_cublas(dtype, t, n, k, bias, device):
 
 
 def test_step_linear_reads_rows_with_a_stride(device):
-    from engine.triton_gemv import linear
+    from engine.kernels.gemv import linear
 
     wide = torch.randn(3, 2 * 512, device=device)
     x = wide[:, :512]  # every row of x is 1024 elements from the next
@@ -177,8 +177,8 @@ def test_step_linear_reads_rows_with_a_stride(device):
 @pytest.mark.parametrize("first_layer", [True, False])
 @pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (17920, 1536, False), (300, 80, False)])
 def test_norm_linear_matches_norm_then_linear(dtype, t, first_layer, n, k, bias, device):
-    from engine.triton_gemv import folds_norm, linear, norm_linear
-    from engine.triton_ops import add_rms_norm
+    from engine.kernels.gemv import folds_norm, linear, norm_linear
+    from engine.kernels.ops import add_rms_norm
 
     x = torch.randn(t, k, dtype=dtype, device=device)
     residual = None if first_layer else torch.randn(t, k, dtype=dtype, device=device)
@@ -195,7 +195,7 @@ def test_norm_linear_matches_norm_then_linear(dtype, t, first_layer, n, k, bias,
 
 
 def test_long_steps_fall_back_to_cublas(device):
-    from engine.triton_gemv import norm_linear
+    from engine.kernels.gemv import norm_linear
 
     x, residual = torch.randn(40, 64, device=device), torch.randn(40, 64, device=device)
     stream_expect = x + residual
@@ -207,7 +207,7 @@ def test_long_steps_fall_back_to_cublas(device):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads", [(32, 8, 128), (12, 2, 128), (14, 2, 64)])
 def test_fixed_splits_make_a_query_independent_of_its_step(dtype, heads, device):
-    from engine.triton_attention import invariant_chunk, paged_decode_attention
+    from engine.kernels.attention import invariant_chunk, paged_decode_attention
 
     h, kvh, d = heads
     length, t = 700, 16
@@ -231,7 +231,7 @@ def test_fixed_splits_make_a_query_independent_of_its_step(dtype, heads, device)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n,k,bias", [(2048, 1536, True), (1536, 8960, False), (151936, 896, False), (300, 80, True)])
 def test_invariant_linears_give_a_row_the_same_bits_in_any_step(dtype, n, k, bias, device):
-    from engine.triton_gemv import linear, norm_linear
+    from engine.kernels.gemv import linear, norm_linear
 
     x = torch.randn(16, k, dtype=dtype, device=device)
     w = torch.randn(n, k, dtype=dtype, device=device) / k**0.5
@@ -253,7 +253,7 @@ def test_invariant_linears_give_a_row_the_same_bits_in_any_step(dtype, n, k, bia
                                     (64, 64, 4, 2, 4, True)])
 @pytest.mark.parametrize("t", [2, 16])
 def test_split_and_left_weight_products_match_and_reset_their_counters(dtype, config, t, device):
-    from engine.triton_gemv import _LOCKS, launch
+    from engine.kernels.gemv import _LOCKS, launch
 
     n, k = 200, 700  # neither a multiple of the tile nor of the K slab
     x = torch.randn(t, k, dtype=dtype, device=device)
@@ -270,7 +270,7 @@ def test_split_and_left_weight_products_match_and_reset_their_counters(dtype, co
 @pytest.mark.parametrize("t", [1, 16])
 @pytest.mark.parametrize("n,k", [(20000, 1536), (20000, 2560), (2048, 1536)])
 def test_logits_are_written_as_the_float32_sums_that_bf16_rounds(t, n, k, device):
-    from engine.triton_gemv import linear
+    from engine.kernels.gemv import linear
 
     x = torch.randn(t, k, dtype=torch.bfloat16, device=device)
     w = torch.randn(n, k, dtype=torch.bfloat16, device=device) / k**0.5
@@ -286,8 +286,8 @@ def test_logits_are_written_as_the_float32_sums_that_bf16_rounds(t, n, k, device
 @pytest.mark.parametrize("t", [2, 16])
 @pytest.mark.parametrize("k", [700, 896])  # K slabs masked at the end, or all whole (the last split shorter)
 def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config, t, k, device):
-    from engine.triton_gemv import launch, split_k
-    from engine.triton_ops import add_rms_norm
+    from engine.kernels.gemv import launch, split_k
+    from engine.kernels.ops import add_rms_norm
 
     n = 200  # not a multiple of the tile
     x = torch.randn(t, k, dtype=dtype, device=device)

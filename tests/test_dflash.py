@@ -16,9 +16,9 @@ from engine import (
     generate,
     random_model,
 )
-from engine.dflash_model import default_target_layer_ids, distinct_target_layer_ids
-from engine.proposers.dflash import load_drafter, write_random_drafter
-from engine.recapture import recapture
+from engine.speculation.proposers.dflash.network import default_target_layer_ids, distinct_target_layer_ids
+from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
+from engine.speculation.recapture import recapture
 from tests.conftest import tiny_model
 
 VOCAB, HIDDEN, TARGET_LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 16, 32, 6, 4, 2, 8, 48

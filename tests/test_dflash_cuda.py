@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from engine import DFlashProposer, SamplingParams, generate
-from engine.proposers.dflash import load_drafter, write_random_drafter
-from engine.runner import Model
+from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
+from engine.runtime.model import Model
 from tests.test_dflash import BLOCK, PROMPT, VOCAB, make_target
 
 pytestmark = pytest.mark.gpu

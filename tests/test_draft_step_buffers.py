@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engine import DraftProposer, SamplingParams, generate
-from engine.runner import Model, StepOutput
-from engine.sampling import TOKEN
+from engine.runtime.model import Model, StepOutput
+from engine.runtime.sampling import TOKEN
 from tests.conftest import tiny_model
 
 PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2, 7, 5, 9]

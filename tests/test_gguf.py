@@ -16,7 +16,7 @@ from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine import EngineError, SamplingParams, generate, load_model, packs
-from engine.gguf_file import read_gguf
+from engine.loading.gguf_file import read_gguf
 from tests.tiny_gguf import tiny_hf_model, write_gguf
 
 PROMPT = [{"role": "user", "content": "Explain in detail how a steam engine works."}]

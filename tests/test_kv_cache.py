@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine import EngineError, SamplingParams, generate
-from engine.kv_cache import PagePool, SeqCache
+from engine.runtime.kv_cache import PagePool, SeqCache
 from tests.conftest import tiny_model
 
 

@@ -3,8 +3,8 @@
 import pytest
 
 from engine import DraftProposer, NgramProposer, SamplingParams, generate, load_model
-from engine.bench.prompts import builtin_prompts
-from engine.proposers.base import MAX_K
+from specchat.bench.prompts import builtin_prompts
+from engine.speculation.proposers.base import MAX_K
 
 
 @pytest.fixture(scope="module")

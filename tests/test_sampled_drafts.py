@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine import DraftProposer, SamplingParams, generate
-from engine.proposers import draft as draft_module
-from engine.sampling import DRAFT, accept_tokens, probabilities, sample
+from engine.speculation.proposers import draft as draft_module
+from engine.runtime.sampling import DRAFT, accept_tokens, probabilities, sample
 from tests.conftest import tiny_model
 
 TRIALS = 100_000

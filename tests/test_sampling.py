@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine import EngineError, SamplingParams, generate
-from engine.sampling import TOKEN, filtered, probabilities, sample, uniform
+from engine.runtime.sampling import TOKEN, filtered, probabilities, sample, uniform
 from tests.conftest import tiny_model
 
 HOT = SamplingParams(temperature=1.0, seed=7, max_tokens=48)

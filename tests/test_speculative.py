@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from engine import DraftProposer, EngineError, NgramProposer, SamplingParams, generate, stream
-from engine.proposers.base import MAX_K
+from engine.speculation.proposers.base import MAX_K
 from tests.conftest import tiny_model
 
 GREEDY = SamplingParams(max_tokens=60)

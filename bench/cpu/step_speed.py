@@ -9,7 +9,7 @@ import time
 import torch
 
 from engine import SamplingParams, generate, load_model
-from engine.bench.prompts import load_prompts
+from specchat.bench.prompts import load_prompts
 
 torch.set_num_threads(1)
 model = load_model("smollm2-135m", device="cpu")

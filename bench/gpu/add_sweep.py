@@ -1,4 +1,4 @@
-"""The residual add + RMSNorm (engine/triton_ops.py) swept on the lent GPU: warps for a whole bf16
+"""The residual add + RMSNorm (engine/kernels/ops.py) swept on the lent GPU: warps for a whole bf16
 product of 1 or 16 rows, and for 16 rows left as 3, 4 or 6 split partials (`linear_parts`);
 us per call, 36 calls in one graph. Usage there: PYTHONPATH=. python3 bench/gpu/add_sweep.py
 """
@@ -9,7 +9,7 @@ import attn_sweep  # beside this file
 import torch
 import triton
 
-from engine.triton_ops import _add_rms_norm
+from engine.kernels.ops import _add_rms_norm
 
 COPIES = 36
 

@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from engine.triton_attention import num_splits, paged_decode_attention
+from engine.kernels.attention import num_splits, paged_decode_attention
 
 SHAPES = {"qwen3-4b": (36, 8, 32, 128), "qwen2.5-1.5b": (28, 2, 12, 128)}  # layers, KV heads, heads, head dim
 PAGE = 16

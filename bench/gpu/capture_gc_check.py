@@ -9,7 +9,7 @@ import gc
 import sys
 import types
 
-from engine import graphs
+from engine.runtime import step_graphs as graphs
 from tests import test_cuda_graphs as t
 
 mode = sys.argv[1]

@@ -1,4 +1,4 @@
-"""Launch settings of the step linears (engine/triton_gemv.py) swept on the lent GPU.
+"""Launch settings of the step linears (engine/kernels/gemv.py) swept on the lent GPU.
 
 For each weight shape of a model, every layer's copy of it (distinct weights, so nothing is
 served from L2) multiplied in one graph, as in a step: microseconds per call for cuBLAS and for
@@ -14,8 +14,8 @@ import sys
 import attn_sweep  # beside this file
 import torch
 
-from engine.triton_gemv import gemm16_config, gemv_config
-from engine.triton_gemv import launch as run
+from engine.kernels.gemv import gemm16_config, gemv_config
+from engine.kernels.gemv import launch as run
 
 MODELS = {  # name: (layers, hidden, q+2kv, intermediate, vocab, qkv bias)
     "qwen2.5-1.5b": (28, 1536, 2048, 8960, 151936, True),
@@ -49,8 +49,8 @@ GRID = {
 def folds(name):
     """One row's residual add + RMSNorm before q/k/v and before gate/up: separate kernels against
     the norm folded into the product, every layer's weights in one graph."""
-    from engine import triton_gemv as g
-    from engine.triton_ops import add_rms_norm
+    from engine.kernels import gemv as g
+    from engine.kernels.ops import add_rms_norm
 
     layers, h, qkv, inter, _, bias = MODELS[name]
     x, r, s = (torch.randn(1, h, device="cuda", dtype=torch.bfloat16) for _ in range(3))

@@ -1,4 +1,4 @@
-"""Split-K for the verify step's products (engine/triton_gemv.py's 16-row kernel), swept on the
+"""Split-K for the verify step's products (engine/kernels/gemv.py's 16-row kernel), swept on the
 lent GPU: the narrow matrices (o, down, q/k/v) have too few output tiles to keep every
 multiprocessor streaming, so K is cut into splits whose partials the last split adds up.
 
@@ -21,8 +21,8 @@ import time
 import attn_sweep  # beside this file
 import torch
 
-from engine.triton_gemv import gemm16_config, gemv_config, launch, split_k
-from engine.triton_ops import add_rms_norm
+from engine.kernels.gemv import gemm16_config, gemv_config, launch, split_k
+from engine.kernels.ops import add_rms_norm
 
 SHAPES = {  # model: [(part, N, K, layers)]
     "qwen3-4b": [("o", 2560, 4096, 36), ("down", 2560, 9728, 36), ("qkv", 6144, 2560, 36),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import StepContext
+from engine.runtime.attention import StepContext
 from engine.errors import EngineError
-from engine.kv_cache import SeqCache
+from engine.runtime.kv_cache import SeqCache
 
 CHUNK = 256
 

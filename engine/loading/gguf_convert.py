@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from engine.config import ModelConfig
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.gguf_file import Progress, gguf_config, iter_tensors, open_gguf
+from engine.loading.gguf_file import Progress, gguf_config, iter_tensors, open_gguf
 
 CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -48,7 +48,7 @@ def write_hf_dir(gguf: Path, target: Path, dtype: str, progress: Progress = None
     is built under a temporary name and renamed, so target exists only complete."""
     from safetensors.torch import save_file
 
-    from engine.loader import load_tokenizer
+    from engine.loading.loader import load_tokenizer
 
     if progress:
         progress(f"{gguf.name}: reading")

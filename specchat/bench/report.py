@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from engine.bench.speculative import METHOD_ORDER, SPECCHAT, TRANSFORMERS, best_k
+from specchat.bench.runs import METHOD_ORDER, SPECCHAT, TRANSFORMERS, best_k
 from engine.errors import EngineError
 
 SCHEMA = 1

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.config import PRESETS, preset
+from engine.network.config import PRESETS, preset
 from engine.errors import EngineError
-from engine.runner import Model, random_model
-from engine.sampling import SamplingParams
+from engine.runtime.model import Model, random_model
+from engine.runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 KINDS = {  # kernel name fragments -> part of a step
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
                              batch_invariant=args.batch_invariant)
         name = f"{args.random}-shaped (random bf16)"
     else:
-        from engine.loader import load_model
+        from engine.loading.loader import load_model
 
         model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room,
                            batch_invariant=args.batch_invariant)
@@ -250,7 +250,7 @@ def hf_state(model: Model) -> dict[str, torch.Tensor]:
 def transformers_model(model: Model):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.hf_export import hf_config
+    from engine.loading.gguf_convert import hf_config
 
     fields = hf_config(model.config, str(model.dtype).removeprefix("torch."))
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)

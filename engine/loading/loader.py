@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from engine.config import ModelConfig
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.model import Decoder
-from engine.runner import Model
+from engine.network.decoder import Decoder
+from engine.runtime.model import Model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -60,7 +60,7 @@ def load_model(
     device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
     runs CUDA steps op by op instead of replaying CUDA graphs; batch_invariant=True makes a bf16
     reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
-    from engine import packs
+    from engine.loading import packs
 
     device = check_device(device or default_device())
     dtype = resolve_dtype(dtype, device)
@@ -114,7 +114,7 @@ def read_weights(path: Path, progress=None) -> tuple[ModelConfig, dict[str, torc
     if path.is_file():
         if path.suffix != ".gguf":
             raise EngineError(f"{path} is not a GGUF file or a model directory")
-        from engine.gguf_file import read_gguf
+        from engine.loading.gguf_file import read_gguf
 
         return read_gguf(path, progress)
     return read_hf_dir(path)

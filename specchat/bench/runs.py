@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.bench.prompts import Prompt
-from engine.metrics import Metrics
-from engine.proposers import DraftProposer, NgramProposer
-from engine.proposers.base import Proposer, check_k
-from engine.sampling import SamplingParams
-from engine.speculative import stream
+from specchat.bench.prompts import Prompt
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers import DraftProposer, NgramProposer
+from engine.speculation.proposers.base import Proposer, check_k
+from engine.runtime.sampling import SamplingParams
+from engine.speculation.loop import stream
 
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
 METHOD_ORDER = ["plain", "ngram", "draft", "draft-heuristic", "dflash"]
@@ -79,7 +79,7 @@ def methods(ks: list[int], draft=None, dflash=None, dflash_label: str = "DFlash"
     if draft is not None:
         out += [Method("draft", k, f"draft {draft.name}", lambda k=k: DraftProposer(draft, k=k)) for k in ks]
     if dflash is not None:
-        from engine.proposers.dflash import DFlashProposer
+        from engine.speculation.proposers.dflash.proposer import DFlashProposer
 
         out += [
             Method("dflash", k, dflash_label, lambda k=k: DFlashProposer(dflash, k=k))

@@ -10,7 +10,7 @@ embedded by the target) through Qwen3-style layers whose queries see the whole c
 whole block, with no causal mask; the target's lm_head over block positions 1..B-1 gives B-1
 drafts at once. The block's own K/V leave the cache after the pass (truncate): only verified
 tokens are context. The block has a static shape (B tokens), whatever k, so on CUDA the pass
-(context extension, block, lm_head, argmax) replays a CUDA graph (engine/dflash_graphs.py).
+(context extension, block, lm_head, argmax) replays a CUDA graph (engine/speculation/proposers/dflash/graphs.py).
 
 The context extension finds the cache through a page table and positions on the device, and
 on CUDA so does the block (the target's fused Triton layers), so one body serves the eager path
@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import StepContext
-from engine.config import ModelConfig
+from engine.runtime.attention import StepContext
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.kv_cache import PagePool, SeqCache
-from engine.model import DecoderLayer, RMSNorm, rope, rope_frequencies, rope_tables
+from engine.runtime.kv_cache import PagePool, SeqCache
+from engine.network.decoder import DecoderLayer, RMSNorm, rope, rope_frequencies, rope_tables
 
 PAGE_SIZE = 16
 
@@ -208,7 +208,7 @@ class DFlashDrafter(nn.Module):
         self.inv_freq = rope_frequencies(s.head_dim, s.rope_theta, device)
         self.graphs = None
         if target_graphs is not None:
-            from engine.dflash_graphs import DrafterGraphs
+            from engine.speculation.proposers.dflash.graphs import DrafterGraphs
 
             self.graphs = DrafterGraphs(self, target_graphs.mempool)
 

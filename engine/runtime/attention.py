@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv_cache import PagePool
+from engine.runtime.kv_cache import PagePool
 
 MAX_DECODE_TOKENS = 16  # steps up to this many tokens use the paged kernel; longer ones, prefill
 
@@ -84,7 +84,7 @@ def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch
     """Attention for the triton backend, the step's K/V already in the cache. [T, H, D]."""
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
     if q.shape[0] <= MAX_DECODE_TOKENS:
-        from engine.triton_attention import paged_decode_attention
+        from engine.kernels.attention import paged_decode_attention
 
         return paged_decode_attention(
             q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale, ctx.causal,

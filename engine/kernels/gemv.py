@@ -340,7 +340,7 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
     """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
     stream is a new tensor (programs read the old one while the first writes the sum); x itself
     when residual is None, the stream's start. Otherwise residual is updated in place."""
-    from engine.triton_ops import add_rms_norm
+    from engine.kernels.ops import add_rms_norm
 
     if invariant or not folds_norm(x, weight):
         h, stream = add_rms_norm(x, residual, norm_weight, eps)

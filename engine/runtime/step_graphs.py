@@ -25,8 +25,8 @@ from collections import OrderedDict
 
 import torch
 
-from engine.attention import StepContext
-from engine.sampling import SamplingParams, sample
+from engine.runtime.attention import StepContext
+from engine.runtime.sampling import SamplingParams, sample
 
 START = 16  # index of the step's first position in the input buffer (after 16 ids)
 COUNTER = 17
@@ -66,7 +66,7 @@ class StepGraphs:
         self.last = None  # the graph of the latest step (the step bench replays it)
 
     def step(self, seq, ids, sampling: SamplingParams, last_only: bool, stream: int):
-        from engine.runner import StepOutput
+        from engine.runtime.model import StepOutput
 
         t = len(ids)
         self.model.check_room(seq, t)
@@ -82,7 +82,7 @@ class StepGraphs:
         return StepOutput(tokens, logits, captured)
 
     def chain(self, seq, first: torch.Tensor, n: int, sampling: SamplingParams, stream: int):
-        from engine.runner import StepOutput
+        from engine.runtime.model import StepOutput
 
         self.model.check_room(seq, n)
         graph, _ = self._graph(("chain",), sampling, stream)

@@ -8,7 +8,7 @@ Two paths compute the same function. `forward` is the torch reference (any devic
 transformers in float32). With ctx.backend "triton" (CUDA) the layers run `fused_forward`: the
 residual add rides in the next RMSNorm's kernel, q/k norm + RoPE + the K/V write are one
 kernel, SiLU * up another, attention reads the paged cache in place, and the linear layers of
-steps up to 16 tokens run the step kernels of engine/triton_gemv.py on the same weights.
+steps up to 16 tokens run the step kernels of engine/kernels/gemv.py on the same weights.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import StepContext, attend, paged_attention
-from engine.config import ModelConfig
+from engine.runtime.attention import StepContext, attend, paged_attention
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
 
 
@@ -39,7 +39,7 @@ class RMSNorm(nn.Module):
 
     def add_forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Fused (CUDA): (norm(residual + x), residual + x), the sum written into residual."""
-        from engine.triton_ops import add_rms_norm
+        from engine.kernels.ops import add_rms_norm
 
         return add_rms_norm(x, residual, self.weight, self.eps)
 
@@ -47,7 +47,7 @@ class RMSNorm(nn.Module):
 def fast_linear(module: nn.Linear, x: torch.Tensor, invariant: bool = False,
                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The module's product through the step kernels (CUDA: 1..16 rows; more go to cuBLAS)."""
-    from engine.triton_gemv import linear
+    from engine.kernels.gemv import linear
 
     return linear(x, module.weight, module.bias, invariant, out_dtype)
 
@@ -105,8 +105,8 @@ class Attention(nn.Module):
 
     def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
-        from engine.triton_gemv import linear_parts
-        from engine.triton_ops import qk_rope_store
+        from engine.kernels.gemv import linear_parts
+        from engine.kernels.ops import qk_rope_store
 
         t = qkv.shape[0]
         norm = self.q_norm is not None
@@ -150,8 +150,8 @@ class DecoderLayer(nn.Module):
         be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the residual add
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
         the final norm); parts=False asks for the MLP's output whole."""
-        from engine.triton_gemv import linear, linear_parts, norm_linear
-        from engine.triton_ops import silu_mul
+        from engine.kernels.gemv import linear, linear_parts, norm_linear
+        from engine.kernels.ops import silu_mul
 
         attn, mlp = self.self_attn, self.mlp
         invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike

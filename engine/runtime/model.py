@@ -4,7 +4,7 @@ Every step runs T consecutive tokens of one sequence and samples, on the device,
 that follows each of them: prefill (the prompt, sampling only after its last token), decode
 (T = 1) and verify (T = k + 1) are the same operation. The host reads back only token ids.
 
-On CUDA, steps of up to 16 tokens replay CUDA graphs (engine/graphs.py) unless the model was
+On CUDA, steps of up to 16 tokens replay CUDA graphs (engine/runtime/step_graphs.py) unless the model was
 made with eager=True; on the CPU, and for longer steps, they run eagerly. Both paths run the
 same kernels: the torch reference on the CPU, the fused Triton ones on CUDA.
 """
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.attention import MAX_DECODE_TOKENS, StepContext
-from engine.config import ModelConfig
+from engine.runtime.attention import MAX_DECODE_TOKENS, StepContext
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.kv_cache import PagePool, SeqCache
-from engine.model import Decoder, triton_available
-from engine.sampling import TOKEN, SamplingParams, probabilities, sample
+from engine.runtime.kv_cache import PagePool, SeqCache
+from engine.network.decoder import Decoder, triton_available
+from engine.runtime.sampling import TOKEN, SamplingParams, probabilities, sample
 
 PAGE_SIZE = 16
 MAX_STEP = 16  # longest verify step: k = 15 drafts and the last token
@@ -60,13 +60,13 @@ class Model:
         )
         self.invariant_chunk = 0  # keys per attention split in batch-invariant steps
         if self.batch_invariant and self.backend == "triton":
-            from engine.triton_attention import invariant_chunk
+            from engine.kernels.attention import invariant_chunk
 
             self.invariant_chunk = invariant_chunk(self.pool.num_pages * PAGE_SIZE, cfg.num_kv_heads)
         self.decoder.batch_invariant = self.invariant_chunk > 0
         self.graphs = None
         if graphed:
-            from engine.graphs import StepGraphs
+            from engine.runtime.step_graphs import StepGraphs
 
             self.graphs = StepGraphs(self)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from engine.errors import EngineError
-from engine.proposers.base import DeviceProposal, Proposer
-from engine.sampling import DRAFT, SamplingParams, probabilities
+from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.runtime.sampling import DRAFT, SamplingParams, probabilities
 
 GREEDY = SamplingParams()
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.errors import EngineError
-from engine.metrics import Metrics
-from engine.proposers.base import MAX_K, Proposal, Proposer
-from engine.recapture import recapture
-from engine.sampling import TOKEN, SamplingParams, accept_tokens
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers.base import MAX_K, Proposal, Proposer
+from engine.speculation.recapture import recapture
+from engine.runtime.sampling import TOKEN, SamplingParams, accept_tokens
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.graphs import capture
+from engine.runtime.step_graphs import capture
 
 MAX_NEW = 16  # new states per step: up to 15 accepted drafts and the bonus
 

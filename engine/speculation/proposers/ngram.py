@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.proposers.base import Proposal, Proposer
+from engine.speculation.proposers.base import Proposal, Proposer
 
 MAX_N = 3
 

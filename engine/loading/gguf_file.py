@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.config import ModelConfig
+from engine.network.config import ModelConfig
 from engine.errors import EngineError
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -45,7 +45,7 @@ def read_gguf(
 ) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
     """Config, float32 tensors under HF names (model.layers.0.self_attn.q_proj.weight, ...) and the
     tokenizer (None when transformers cannot build one) of a GGUF file."""
-    from engine.loader import load_tokenizer
+    from engine.loading.loader import load_tokenizer
 
     path = Path(path)
     if progress:
