@@ -3,19 +3,47 @@
     from engine import load_model, generate, SamplingParams, NgramProposer
     model = load_model("smollm2-135m")
     result = generate(model, ids, sampling=SamplingParams(), speculative=NgramProposer(k=4))
+
+This module is the engine's one door: front ends import only the names in `__all__`.
+The rooms behind it (docs/ARCHITECTURE.md): network/ (what a model computes), loading/ (files,
+packs, tokenizers), runtime/ (steps, KV cache, sampling, CUDA graphs), kernels/ (Triton),
+speculation/ (the loop, metrics, the proposers and their registry).
 """
 
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.loading.loader import load_model
-from engine.speculation.metrics import Metrics
-from engine.speculation.proposers import DFlashProposer, DraftProposer, NgramProposer, Proposer
+from engine.limits import MAX_K, MAX_STEP, PAGE_SIZE
+from engine.loading.loader import DTYPES, load_model
+from engine.loading.packs import PACKS
+from engine.loading.packs import ensure as ensure_pack
+from engine.loading.tokenizer import Detokenizer
+from engine.network.config import PRESETS, ModelConfig, preset
+from engine.profile import profile_steps
 from engine.runtime.model import Model, random_model
 from engine.runtime.sampling import SamplingParams
 from engine.speculation.loop import Generation, Result, Step, generate, stream
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers.base import Proposal, Proposer, check_k
+from engine.speculation.proposers.dflash import RANDOM as RANDOM_DRAFTER
+from engine.speculation.proposers.dflash import DFlashProposer, load_drafter, write_random_drafter
+from engine.speculation.proposers.draft import DraftProposer
+from engine.speculation.proposers.ngram import NgramProposer
+from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
+from engine.speculation.registry import (
+    LoadedProposer,
+    find_spec,
+    load_proposer,
+    missing,
+    offered,
+    proposer_specs,
+    register,
+    unregister,
+)
 
 __all__ = [
-    "DFlashProposer", "DraftProposer", "EngineError", "Generation", "Metrics", "Model", "ModelConfig",
-    "NgramProposer", "Proposer", "Result", "SamplingParams", "Step", "generate", "load_model", "random_model",
-    "stream",
+    "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
+    "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Generation", "LoadedProposer", "Metrics",
+    "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer", "ProposerOptions", "ProposerSpec",
+    "Result", "SamplingParams", "Step", "check_k", "ensure_pack", "find_spec", "generate", "load_drafter",
+    "load_model", "load_proposer", "missing", "offered", "preset", "profile_steps", "proposer_specs",
+    "random_model", "register", "stream", "unregister", "write_random_drafter",
 ]

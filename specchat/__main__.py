@@ -5,31 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine import EngineError
+from specchat.bench.cli import add_bench_arguments, add_compare_arguments, add_steps_arguments
+from specchat.options import add_model_arguments
+
 DEFAULT_MODEL = "smollm2-135m"
-
-
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    from specchat.cli_bench import BATCH_INVARIANT_HELP
-
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=DEFAULT_MODEL, help="pack name, HF directory, GGUF file or hub id")
-    g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
-    g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    g.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
-    g.add_argument("--eager", action="store_true", help="no CUDA graphs")
-    g.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
-    s = p.add_argument_group("speculation")
-    s.add_argument("--speculate", type=int, metavar="K", help="n-gram (prompt lookup) drafts, K per step")
-    s.add_argument("--draft", metavar="MODEL", help="draft model with the target's vocabulary")
-    s.add_argument("--dflash", metavar="DRAFTER", help="DFlash drafter directory (z-lab format)")
-    s.add_argument("-k", type=int, default=None, help="drafts per step for --draft / --dflash")
-    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
-    a = p.add_argument_group("sampling")
-    a.add_argument("--temperature", type=float, default=0.0)
-    a.add_argument("--top-k", type=int, default=0)
-    a.add_argument("--top-p", type=float, default=1.0)
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--max-tokens", type=int, default=256)
+BENCHES = ("table", "steps")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,22 +20,22 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command")
     chat = sub.add_parser("chat", help="the chat app (default)")
-    add_model_options(chat)
+    add_model_arguments(chat, DEFAULT_MODEL)
     chat.add_argument("--system", default=None, help="system prompt")
     # Unset sampling options keep the chat's saved settings.
     chat.set_defaults(temperature=None, top_k=None, top_p=None, seed=None, max_tokens=None)
     run = sub.add_parser("run", help="one prompt, printed reply and a summary line")
-    add_model_options(run)
+    add_model_arguments(run, DEFAULT_MODEL)
     run.add_argument("--prompt", help="the user message (default: read standard input)")
     run.add_argument("--prompt-file", help="read the user message from a file")
     run.add_argument("--system", default=None)
     run.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text to continue")
-    from specchat.cli_bench import add_bench_arguments, add_compare_arguments
-
-    bench = sub.add_parser("bench", help="the results table: speculative vs plain decoding vs transformers")
-    bench.add_argument("what", nargs="?", default="table", choices=["table", "steps"],
-                       help="table (the default) or steps (the step-time bench)")
-    add_bench_arguments(bench)
+    bench = sub.add_parser("bench", help="benchmarks: table (the default), steps")
+    kinds = bench.add_subparsers(dest="what")
+    table = kinds.add_parser("table", help="the results table: speculative vs plain decoding vs transformers")
+    add_bench_arguments(table)
+    steps = kinds.add_parser("steps", help="how long one decode or verify step takes, next to what bounds it")
+    add_steps_arguments(steps)
     compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
     add_compare_arguments(compare)
     pull = sub.add_parser("pull", help="fetch and assemble an offline model pack ahead of use")
@@ -63,13 +44,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.errors import EngineError
-
     argv = sys.argv[1:] if argv is None else argv
+    given = list(argv)  # as the user typed it: the bench records this command
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
         argv = ["chat", *argv]
-    if argv[:2] == ["bench", "steps"]:  # the step-time bench parses its own options
-        return bench_steps(argv[2:])
+    if argv[0] == "bench" and (len(argv) == 1 or argv[1] not in BENCHES + ("-h", "--help")):
+        argv = ["bench", "table", *argv[1:]]  # the table is what `specchat bench` means
     args = parser().parse_args(argv)
     try:
         if args.command == "run":
@@ -80,12 +60,16 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import pull
 
             return pull(args)
-        if args.command == "bench":
-            from specchat.cli_bench import bench
+        if args.command == "bench" and args.what == "steps":
+            from specchat.bench.steps import bench_steps
 
-            return bench(args, argv)
+            return bench_steps(args)
+        if args.command == "bench":
+            from specchat.bench.cli import bench
+
+            return bench(args, given)
         if args.command == "compare":
-            from specchat.cli_bench import compare
+            from specchat.bench.cli import compare
 
             return compare(args)
         if args.command == "chat":
@@ -100,17 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     parser().print_help()
     return 0
-
-
-def bench_steps(argv: list[str]) -> int:
-    from engine.runtime.profile import main as steps_main
-    from engine.errors import EngineError
-
-    try:
-        return steps_main(argv)
-    except EngineError as err:
-        print(f"specchat: {err}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

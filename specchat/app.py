@@ -12,9 +12,10 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input
 
-from engine import EngineError, Generation
+from engine import EngineError, Generation, find_spec
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone, StepDone
-from specchat.session import PROPOSERS, ChatSession, clamp_k
+from specchat.options import chosen_proposer
+from specchat.session import ChatSession, chat_name, clamp_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.legend import Legend
@@ -192,7 +193,7 @@ class SpecChat(App):
     def action_next_proposer(self) -> None:
         if self.session.model is None or self.loading_proposer:
             return
-        names = [n for n in PROPOSERS if n in self.session.proposer_names()]
+        names = self.session.proposer_names()
         self.choose_proposer(names[(names.index(self.proposer_name) + 1) % len(names)])
 
     def action_k(self, change: int) -> None:
@@ -384,10 +385,11 @@ def settings_from(args) -> Settings:
     for name in ("temperature", "top_k", "top_p", "seed", "max_tokens", "system"):
         if getattr(args, name, None) is not None:
             setattr(settings, name, getattr(args, name))
+    chosen = chosen_proposer(args)
+    if chosen is not None:
+        settings.proposer = chat_name(find_spec(chosen))
     if args.speculate:
-        settings.proposer, settings.k = "n-gram", args.speculate
-    elif args.draft or args.dflash:
-        settings.proposer = "draft" if args.draft else "dflash"
+        settings.k = args.speculate
     if args.k is not None:
         settings.k = args.k
     settings.k = clamp_k(settings.k)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from engine import EngineError, stream
+from engine import PACKS, Detokenizer, EngineError, ensure_pack, stream
 from specchat.options import load_target, progress_line, proposer_from, sampling_from
 
 
@@ -36,14 +36,11 @@ def run(args) -> int:
         ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
     print(file=sys.stderr)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
-    stop = set(model.stop_ids())
-    shown = ""
+    detok = Detokenizer(model.tokenizer.decode, model.stop_ids())
     started = time.perf_counter()
     try:
         for step in gen:
-            text = model.tokenizer.decode([t for t in gen.tokens if t not in stop])
-            print(text[len(shown):], end="", flush=True)
-            shown = text
+            print("".join(detok.add(t) for t in step.tokens), end="", flush=True)
     except KeyboardInterrupt:
         print("\n[cancelled]", file=sys.stderr)
     print()
@@ -55,14 +52,12 @@ def run(args) -> int:
 
 
 def pull(args) -> int:
-    from engine.loading import packs
-
     if args.name is None:
-        for name, pack in packs.PACKS.items():
+        for name, pack in PACKS.items():
             print(f"{name:20} {pack.description}")
         return 0
     try:
-        path = packs.ensure(args.name, progress=progress_line)
+        path = ensure_pack(args.name, progress=progress_line)
     finally:
         if sys.stderr.isatty():  # end the progress line before the path or an error
             print(file=sys.stderr)

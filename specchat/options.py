@@ -1,11 +1,21 @@
-"""Turn command-line options into what the engine takes: a model, a proposer, sampling settings."""
+"""Turn command-line options into what the engine takes: a model, proposers, sampling settings."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from engine import DraftProposer, EngineError, NgramProposer, SamplingParams, load_model
-from engine.speculation.proposers.base import check_k
+from engine import (
+    DTYPES,
+    EngineError,
+    LoadedProposer,
+    ProposerOptions,
+    SamplingParams,
+    check_k,
+    load_model,
+    load_proposer,
+    proposer_specs,
+)
 
 
 def progress_line(message: str) -> None:
@@ -14,6 +24,26 @@ def progress_line(message: str) -> None:
         print(f"\r\x1b[K{message}", end="", file=sys.stderr, flush=True)
     else:
         print(message, file=sys.stderr, flush=True)
+
+
+def add_target_options(g) -> None:
+    """--device, --dtype, --max-context: what every command that loads a model takes."""
+    g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
+    g.add_argument("--dtype", default=None, choices=list(DTYPES))
+    g.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+
+
+def add_need_options(g) -> None:
+    """One option per thing a registered proposer needs (--draft MODEL, --dflash DRAFTER, ...)."""
+    for spec in proposer_specs():
+        if spec.need is not None:
+            g.add_argument(f"--{spec.need.option}", metavar=spec.need.metavar, help=spec.need.help)
+
+
+def add_proposer_option(g) -> None:
+    names = [s.name for s in proposer_specs()]
+    g.add_argument("--proposer", choices=names, default=None,
+                   help="who drafts (default: the one whose --OPTION is given): " + ", ".join(names))
 
 
 def sampling_from(args) -> SamplingParams:
@@ -31,21 +61,69 @@ def load_target(args, progress=progress_line):
                       batch_invariant=getattr(args, "batch_invariant", False))
 
 
-def proposer_from(args, target, progress=progress_line):
-    """The proposer the options ask for (None: plain decoding)."""
-    chosen = [name for name in ("speculate", "draft", "dflash") if getattr(args, name, None)]
-    if len(chosen) > 1:
-        raise EngineError(f"choose one of --speculate, --draft, --dflash (got {', '.join(chosen)})")
-    if args.speculate:
-        return NgramProposer(k=check_k(args.speculate))
-    k = check_k(args.k if args.k is not None else 4)
-    if args.draft:
-        draft = load_model(args.draft, device=str(target.device), dtype=target.dtype,
-                           max_context=target.max_context, progress=progress, eager=target.eager)
-        return DraftProposer(draft, k=k, sample=args.sample_drafts)
-    if getattr(args, "dflash", None):
-        from engine.speculation.proposers.dflash.proposer import DFlashProposer, load_drafter
+def sources(args) -> dict[str, str | None]:
+    """The value given for each proposer need (option -> value or None)."""
+    return {s.need.option: getattr(args, s.need.option.replace("-", "_"), None) for s in proposer_specs() if s.need}
 
-        drafter = load_drafter(args.dflash, target)
-        return DFlashProposer(drafter, k=check_k(args.k if args.k is not None else drafter.block_size - 1))
-    return None
+
+def proposer_options(args, progress=progress_line) -> ProposerOptions:
+    return ProposerOptions(
+        {k: v for k, v in sources(args).items() if v}, sample_drafts=bool(getattr(args, "sample_drafts", False)),
+        eager=bool(getattr(args, "eager", False)), progress=progress,
+    )
+
+
+def chosen_proposer(args) -> str | None:
+    """The proposer the options name: --proposer, --speculate (n-gram), or the one whose need is given."""
+    given = [name for name, value in sources(args).items() if value]
+    if getattr(args, "speculate", None) is not None:
+        given = ["ngram", *given]
+    if getattr(args, "proposer", None):
+        return args.proposer
+    if len(given) > 1:
+        raise EngineError(f"choose one proposer with --proposer (the options name {', '.join(given)})")
+    return given[0] if given else None
+
+
+def load_chosen(args, target, progress=progress_line) -> LoadedProposer | None:
+    name = chosen_proposer(args)
+    return None if name is None else load_proposer(name, target, proposer_options(args, progress))
+
+
+def proposer_from(args, target, progress=progress_line):
+    """The proposer the options ask for (None: plain decoding), with k from --speculate or -k."""
+    loaded = load_chosen(args, target, progress)
+    if loaded is None:
+        if args.k is not None:
+            raise EngineError("-k needs a proposer: --speculate K, --proposer NAME, --draft or --dflash")
+        return None
+    k = args.speculate if loaded.name == "ngram" and getattr(args, "speculate", None) is not None else args.k
+    if k is not None:
+        check_k(k, loaded.max_k)
+    return loaded.make(k)
+
+
+def add_model_arguments(p: argparse.ArgumentParser, default_model: str) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default=default_model, help="pack name, HF directory, GGUF file or hub id")
+    add_target_options(g)
+    g.add_argument("--eager", action="store_true", help="no CUDA graphs (the target and a draft model)")
+    g.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
+    s = p.add_argument_group("speculation")
+    add_proposer_option(s)
+    s.add_argument("--speculate", type=int, metavar="K", help="n-gram (prompt lookup) drafts, K per step")
+    add_need_options(s)
+    s.add_argument("-k", type=int, default=None, help="drafts per step (default: the proposer's own)")
+    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
+    a = p.add_argument_group("sampling")
+    a.add_argument("--temperature", type=float, default=0.0)
+    a.add_argument("--top-k", type=int, default=0)
+    a.add_argument("--top-p", type=float, default=1.0)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--max-tokens", type=int, default=256)
+
+
+BATCH_INVARIANT_HELP = (
+    "GPU: compute each token the same way in decode and verify steps, so bf16 replies with "
+    "speculation are plain decoding's exactly (slower decode steps)"
+)

@@ -6,49 +6,35 @@ and talks to the app only through `post`, Textual's thread-safe `post_message`.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 
-from engine import DraftProposer, EngineError, Generation, NgramProposer, Proposer, SamplingParams, stream
-from engine.speculation.proposers.base import MAX_K
+from engine import (
+    MAX_K,
+    Detokenizer,
+    EngineError,
+    Generation,
+    Proposer,
+    ProposerSpec,
+    SamplingParams,
+    find_spec,
+    load_proposer,
+    offered,
+    stream,
+)
 from specchat.messages import ReplyDone, StepDone
+from specchat.options import load_target, proposer_options, sources
 
 Post = Callable[[object], object]
 
-PROPOSERS = ("off", "n-gram", "draft", "dflash")  # the order a key cycles through them
-
 
 def clamp_k(k: int, proposer: Proposer | None = None) -> int:
-    """k within 1..MAX_K, and within what a DFlash drafter's block gives."""
-    drafter = getattr(proposer, "drafter", None)
-    top = min(MAX_K, drafter.block_size - 1) if drafter is not None else MAX_K
-    return max(1, min(top, k))
+    """k within 1..MAX_K, and within what the proposer can draft (a DFlash drafter's block)."""
+    return proposer.clamp(k) if proposer is not None else max(1, min(MAX_K, k))
 
 
-class Detokenizer:
-    """Text of each token of a reply as it arrives, so every piece of text keeps its token's style.
-
-    Decodes a short window (the tokens since the last complete piece) twice, with and without
-    the new tokens, and takes the difference; a token that ends inside a multi-byte character
-    yields "" and its bytes come out with the token that completes the character."""
-
-    def __init__(self, decode: Callable[[list[int]], str], skip: set[int] = frozenset()):
-        self.decode = decode
-        self.skip = skip  # stop tokens: they end the reply, they show no text
-        self.ids: list[int] = []
-        self.prefix = 0  # window start
-        self.read = 0  # tokens before this are already shown
-
-    def add(self, token: int) -> str:
-        if token in self.skip:
-            return ""
-        self.ids.append(token)
-        before = self.decode(self.ids[self.prefix : self.read])
-        after = self.decode(self.ids[self.prefix :])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        self.prefix, self.read = self.read, len(self.ids)
-        return after[len(before) :]
+def chat_name(spec: ProposerSpec) -> str:
+    """A proposer's name in the chat (its panel, /proposer, the saved settings): its label, lower case."""
+    return spec.label.lower()
 
 
 class ChatSession:
@@ -71,55 +57,32 @@ class ChatSession:
     def load(self, progress: Callable[[str], None]) -> str:
         """Load the target model (slow: call from a thread). Returns its label."""
         if self.model is None:
-            from specchat.options import load_target
-
             self.model = load_target(self.args, progress)
         return self.label
 
     def proposer_names(self) -> list[str]:
-        """The proposers this chat can offer: a draft or a drafter only when one was given."""
-        names = ["off", "n-gram"]
-        if self.args.draft:
-            names.append("draft")
-        if self.args.dflash and importlib.util.find_spec("engine.speculation.proposers.dflash.proposer"):
-            names.append("dflash")
-        return names
+        """The proposers this chat can offer, in the order a key cycles through them: those that
+        need nothing, and those whose need (a draft model, a drafter) was given."""
+        return ["off", *(chat_name(spec) for spec in offered(sources(self.args)))]
 
     def needs_loading(self, name: str) -> bool:
-        return name in ("draft", "dflash") and name not in self._proposers
+        return name != "off" and find_spec(name).need is not None and name not in self._proposers
 
     def proposer(self, name: str, k: int, progress: Callable[[str], None] = print) -> Proposer | None:
         """The proposer called `name` with k drafts per step (None for "off"). Loads a draft
         model or drafter the first time (slow: call from a thread when `needs_loading`)."""
         if name == "off":
             return None
+        if name not in self.proposer_names():
+            raise EngineError(f"no proposer {name!r}; choose one of {', '.join(self.proposer_names())}")
         if name not in self._proposers:
             self._proposers[name] = self._build(name, progress)
         proposer = self._proposers[name]
-        proposer.k = clamp_k(k, proposer)  # read by the generation at its next step
+        proposer.k = proposer.clamp(k)  # read by the generation at its next step
         return proposer
 
     def _build(self, name: str, progress) -> Proposer:
-        if name == "n-gram":
-            return NgramProposer(k=4)
-        if name == "draft":
-            from engine import load_model
-
-            target = self.model
-            draft = load_model(
-                self.args.draft,
-                device=str(target.device),
-                dtype=target.dtype,
-                max_context=target.max_context,
-                progress=progress,
-            )
-            return DraftProposer(draft, k=4, sample=bool(getattr(self.args, "sample_drafts", False)))
-        if name == "dflash":
-            from engine.speculation.proposers.dflash.proposer import DFlashProposer, load_drafter
-
-            drafter = load_drafter(self.args.dflash, self.model)
-            return DFlashProposer(drafter, k=clamp_k(drafter.block_size - 1))
-        raise EngineError(f"no proposer {name!r}; choose one of {', '.join(self.proposer_names())}")
+        return load_proposer(name, self.model, proposer_options(self.args, progress)).make()
 
     def prompt_ids(self, history: list[dict], system: str) -> list[int]:
         return self.model.encode_chat(history, system or None)

@@ -3,7 +3,6 @@ import torch
 
 from engine import ModelConfig, random_model
 
-
 # One thread: the tests' models are small, where a second thread costs more in handoffs than it
 # gains, and a busy machine stalls multi-threaded steps badly.
 torch.set_num_threads(1)

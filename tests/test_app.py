@@ -14,7 +14,7 @@ from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
-from tests.test_app_session import WORDS, ScriptedGeneration, ScriptedSession
+from tests.scripted import WORDS, ScriptedGeneration, ScriptedSession
 
 
 def pilot_test(scenario):

@@ -9,12 +9,11 @@ import pytest
 import torch
 
 import engine
-from engine import ModelConfig, random_model
+from engine import ModelConfig, SamplingParams, random_model
+from specchat.__main__ import main
 from specchat.bench.prompts import load_prompts, source_code
 from specchat.bench.report import write_chart
 from specchat.bench.runs import SPECCHAT, Case, Job, Run, best_k, execute
-from engine.runtime.sampling import SamplingParams
-from specchat.__main__ import main
 
 VOCAB = 64
 ROW_FIELDS = {
@@ -89,7 +88,11 @@ def tiny(name: str, layers: int = 2):
 def tiny_models(monkeypatch):
     """`specchat bench --model NAME` loads a tiny random model of that name (any name but "deep":
     two layers; "deep": eight, for a DFlash drafter reading five distinct target layers)."""
-    monkeypatch.setattr(engine, "load_model", lambda name, **kw: tiny(name, 8 if name == "deep" else 2))
+    def load(name, **kw):
+        return tiny(name, 8 if name == "deep" else 2)
+
+    monkeypatch.setattr("specchat.bench.cli.load_model", load)  # the target
+    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)  # a draft model
 
 
 def bench(tmp_path, capsys, *extra):
@@ -209,7 +212,6 @@ def test_runs_split_by_prompt_merge_into_one_table(tmp_path, capsys, tiny_models
 
 
 def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path, capsys, tiny_models):
-    pytest.importorskip("engine.speculation.proposers.dflash.proposer")
     results, out = bench(tmp_path, capsys, "--model", "deep", "--dflash", "random", "--k", "2", "15")
     dflash = [r for r in results["rows"] if r["method"] == "dflash"]
     assert {(r["sampling"], r["k"]) for r in dflash} == {
@@ -250,7 +252,8 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
         model.tokenizer = LineTokenizer()
         return model
 
-    monkeypatch.setattr(engine, "load_model", load)
+    monkeypatch.setattr("specchat.bench.cli.load_model", load)
+    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)
     options = "--device cpu --threads 1 --prompts explain --max-new-tokens 5 --k 2 --repeats 1 --warmup 0 --greedy-only"
     argv = [
         "bench",

@@ -104,15 +104,15 @@ def test_bfloat16_graph_and_eager_part_only_at_near_ties():
 def test_bfloat16_verify_steps_with_split_partials_part_from_whole_products_only_at_near_ties(monkeypatch):
     """o and down left as float32 split partials, which the residual add sums (what a verify step
     of the real models' narrow matrices does): the logits of whole products up to bf16 rounding.
-    Layer 0's stream is captured for a drafter, so its MLP output stays whole; layer 1's is not."""
-    from engine import triton_gemv
+    Layer 0's stream is kept for a drafter, so its MLP output stays whole; layer 1's is not."""
+    from engine.kernels import gemv as triton_gemv
 
     cpu = tiny_model("qwen3", seed=6, hidden_size=64, intermediate_size=128, head_dim=16)
     greedy = SamplingParams()
     o, down = (16, 16, 4, 2, 2, False, True), (16, 32, 4, 2, 4, False, True)  # 2 and 4 splits
 
     def verify(model):
-        model.capture_layers = (0,)
+        model.state_layers = (0,)
         seq = model.new_sequence()
         model.step(seq, PROMPT, greedy)
         return model.step(seq, PROMPT[::-1], greedy)
@@ -130,7 +130,7 @@ def test_bfloat16_verify_steps_with_split_partials_part_from_whole_products_only
     monkeypatch.setitem(triton_gemv.PARTS_CONFIG, (64, 128), down)
     parted = verify(on_cuda(cpu, False, torch.bfloat16))
     assert {c for c in launched if c and c[-1] is True} == {o, down}  # both took the partials path
-    for got, expect in ((parted.logits, whole.logits), (parted.captured, whole.captured)):
+    for got, expect in ((parted.logits, whole.logits), (parted.states, whole.states)):
         assert ((got.float() - expect.float()).norm() / expect.float().norm()).item() < 2e-2
     for row, (a, b) in enumerate(zip(parted.tokens.tolist(), whole.tokens.tolist())):
         if a != b:

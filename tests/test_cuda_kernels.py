@@ -7,8 +7,8 @@ outputs first, so an unwritten element or a wrong page lookup cannot pass.
 import pytest
 import torch
 
-from engine.runtime.attention import fused_attention, reference_attention
 from engine.network.decoder import RMSNorm, rope
+from engine.runtime.attention import fused_attention, reference_attention
 
 pytestmark = pytest.mark.gpu
 

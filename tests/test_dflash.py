@@ -14,11 +14,12 @@ from engine import (
     ModelConfig,
     SamplingParams,
     generate,
+    load_drafter,
     random_model,
+    write_random_drafter,
 )
+from engine.speculation.context_states import context_states
 from engine.speculation.proposers.dflash.network import default_target_layer_ids, distinct_target_layer_ids
-from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
-from engine.speculation.recapture import recapture
 from tests.conftest import tiny_model
 
 VOCAB, HIDDEN, TARGET_LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE = 16, 32, 6, 4, 2, 8, 48
@@ -183,24 +184,24 @@ def zlab_block_logits(w, cfg, target_hidden, noise_embedding, lm_head):
 def target_states(target, ids, layer_ids):
     """HF's hidden_states[j + 1] for each j, concatenated: the target's residual stream after layer j."""
     seq = target.new_sequence()
-    target.capture_layers = tuple(range(TARGET_LAYERS))
+    target.state_layers = tuple(range(TARGET_LAYERS))
     try:
         _, every = target.forward(seq, torch.tensor(ids))
     finally:
-        target.capture_layers = ()
+        target.state_layers = ()
         seq.release()
     per_layer = every.view(len(ids), TARGET_LAYERS, HIDDEN)
     return torch.cat([per_layer[:, j] for j in layer_ids], dim=-1)
 
 
 def drafter_states(target, drafter, ids):
-    """What the target hands the drafter: its states at the drafter's capture_layers."""
+    """What the target hands the drafter: its states at the drafter's state_layers."""
     seq = target.new_sequence()
-    target.capture_layers = drafter.capture_layers
+    target.state_layers = drafter.state_layers
     try:
         return target.forward(seq, torch.tensor(ids))[1]
     finally:
-        target.capture_layers = ()
+        target.state_layers = ()
         seq.release()
 
 
@@ -350,7 +351,7 @@ def test_greedy_output_equals_plain_for_every_k(target, which, request):
         assert result.tokens == plain, f"k={k}"
         assert all(len(s.drafts) <= k for s in result.steps)
         most_accepted = max(most_accepted, *result.metrics.histogram)
-    assert target.capture_layers == (), "detach stops the target keeping states"
+    assert target.state_layers == (), "detach stops the target keeping states"
     if which == "oracle_drafter":
         assert most_accepted >= 3, "steps that accept several drafts must have been exercised"
 
@@ -395,21 +396,21 @@ def test_switching_dflash_in_mid_reply_keeps_the_output(target, random_drafter):
                 gen.speculative = switch()
     assert gen.tokens == plain
     assert plan == [], who
-    assert target.capture_layers == ()
+    assert target.state_layers == ()
 
 
 def test_recaptured_states_equal_the_prefill_states(target, random_drafter):
     ids = PROMPT + [1, 2, 3]
-    target.capture_layers = random_drafter.capture_layers
+    target.state_layers = random_drafter.state_layers
     seq = target.new_sequence()
     try:
         prefill = target.forward(seq, torch.tensor(ids))[1]
         before = target.pool.k[:, seq.slots(0, len(ids))].clone()
-        again = recapture(target, seq, ids)
+        again = context_states(target, seq, ids)
         assert torch.allclose(again, prefill, atol=1e-5)
         assert torch.equal(target.pool.k[:, seq.slots(0, len(ids))], before), "the cache is left as it was"
     finally:
-        target.capture_layers = ()
+        target.state_layers = ()
         seq.release()
 
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import DFlashProposer, SamplingParams, generate
-from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
+from engine import DFlashProposer, SamplingParams, generate, load_drafter, write_random_drafter
 from engine.runtime.model import Model
 from tests.test_dflash import BLOCK, PROMPT, VOCAB, make_target
 
@@ -31,11 +30,11 @@ def to_device(model: Model, eager: bool) -> Model:
 def states_of(target: Model, drafter, ids: list[int]) -> torch.Tensor:
     """The target's states at the drafter's capture layers for ids (a throwaway sequence)."""
     seq = target.new_sequence()
-    target.capture_layers = drafter.capture_layers
+    target.state_layers = drafter.state_layers
     try:
         return target.forward(seq, torch.tensor(ids, device=target.device))[1]
     finally:
-        target.capture_layers = ()
+        target.state_layers = ()
         seq.release()
 
 
@@ -98,7 +97,7 @@ def test_float32_greedy_output_equals_plain(cpu, graphed, drafter, k):
     plain = generate(cpu, PROMPT, greedy).tokens
     assert generate(graphed, PROMPT, greedy).tokens == plain
     assert generate(graphed, PROMPT, greedy, speculative=DFlashProposer(drafter, k)).tokens == plain
-    assert graphed.capture_layers == ()
+    assert graphed.state_layers == ()
 
 
 def test_eager_cuda_drafter_keeps_the_output(cpu, checkpoint):

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from engine import DraftProposer, SamplingParams, generate
-from engine.runtime.model import Model, StepOutput
+from engine.runtime.model import Model
 from engine.runtime.sampling import TOKEN
+from engine.runtime.step_io import StepOutput
 from tests.conftest import tiny_model
 
 PROMPT = [5, 9, 2, 7, 5, 9, 2, 7, 1, 3, 5, 9, 2, 7, 5, 9]
@@ -29,18 +30,18 @@ class SharedOutputs:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def step(self, seq, ids, sampling, last_only=False, stream=TOKEN) -> StepOutput:
-        out = self.model.step(seq, ids, sampling, last_only, stream)
+    def step(self, seq, ids, sampling, last_only=False, noise=TOKEN) -> StepOutput:
+        out = self.model.step(seq, ids, sampling, last_only, noise)
         t = out.tokens.shape[0]
         self.tokens[:t].copy_(out.tokens)
         self.logits[:t].copy_(out.logits)
-        return StepOutput(self.tokens[:t], self.logits[:t], out.captured)
+        return StepOutput(self.tokens[:t], self.logits[:t], out.states)
 
-    def chain(self, seq, first, n, sampling, stream=TOKEN) -> StepOutput:
+    def chain(self, seq, first, n, sampling, noise=TOKEN) -> StepOutput:
         tokens, logits = [], []
         token = first
         for _ in range(n):  # each link lands where the step before it left its outputs
-            out = self.step(seq, token, sampling, last_only=True, stream=stream)
+            out = self.step(seq, token, sampling, last_only=True, noise=noise)
             token = out.tokens.clone()
             tokens.append(token)
             logits.append(out.logits.clone())

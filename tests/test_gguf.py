@@ -15,7 +15,8 @@ import torch
 from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine import EngineError, SamplingParams, generate, load_model, packs
+from engine import EngineError, SamplingParams, generate, load_model
+from engine.loading import packs
 from engine.loading.gguf_file import read_gguf
 from tests.tiny_gguf import tiny_hf_model, write_gguf
 

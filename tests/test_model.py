@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
-from engine import EngineError, SamplingParams, generate, load_model
+from engine import EngineError, ModelConfig, SamplingParams, generate, load_model
 
 SHAPE = dict(
     vocab_size=101, hidden_size=64, intermediate_size=112, num_hidden_layers=3, num_attention_heads=4,
@@ -56,26 +56,44 @@ def test_greedy_generation_matches_transformers_generate(pair):
     assert got == expected
 
 
-def test_captured_states_are_the_residual_stream_after_each_chosen_layer(pair):
+def test_tapped_states_are_the_residual_stream_after_each_chosen_layer(pair):
     hf, ours = pair
     ids = torch.tensor([1, 2, 3, 4, 5])
     with torch.no_grad():
         states = hf(ids[None], output_hidden_states=True).hidden_states  # [embeddings, layer 0, ...]
-    ours.capture_layers = (0, 2)
+    ours.state_layers = (0, 2)
     try:
         out = ours.step(ours.new_sequence(), ids, SamplingParams())
     finally:
-        ours.capture_layers = ()
+        ours.state_layers = ()
     h = SHAPE["hidden_size"]
-    assert torch.allclose(out.captured[:, :h], states[1][0], atol=1e-4)
+    assert torch.allclose(out.states[:, :h], states[1][0], atol=1e-4)
     # the last layer's entry in hidden_states is after the final norm in transformers; ours is not
-    assert out.captured.shape == (5, 2 * h)
+    assert out.states.shape == (5, 2 * h)
 
 
 def test_unsupported_architecture_is_one_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 10}))
     with pytest.raises(EngineError, match="unsupported architecture 'gpt2'"):
         load_model(str(tmp_path), device="cpu")
+
+
+def mistral_config(**kw) -> dict:
+    return {"model_type": "mistral", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 4096, **kw}
+
+
+def test_mistral_without_a_sliding_window_is_a_llama_shaped_model():
+    cfg = ModelConfig.from_hf(mistral_config(sliding_window=None))
+    assert (cfg.model_type, cfg.qkv_bias, cfg.qk_norm) == ("mistral", False, False)
+
+
+def test_a_sliding_window_is_refused_in_one_clear_line():
+    with pytest.raises(EngineError, match="unsupported sliding-window attention \\(1024 tokens\\)"):
+        ModelConfig.from_hf(mistral_config(sliding_window=1024))
+    # Qwen2's configs name a window they do not use
+    assert ModelConfig.from_hf(mistral_config(sliding_window=1024, use_sliding_window=False)).model_type == "mistral"
 
 
 def test_missing_weights_are_one_clear_error(tmp_path):

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import EngineError, SamplingParams, load_model, packs
+from engine import EngineError, SamplingParams, load_model
+from engine.loading import packs
 from specchat.__main__ import main
 from tests.tiny_gguf import tiny_hf_model, write_gguf
 

@@ -2,9 +2,8 @@
 
 import pytest
 
-from engine import DraftProposer, NgramProposer, SamplingParams, generate, load_model
+from engine import MAX_K, DraftProposer, NgramProposer, SamplingParams, generate, load_model
 from specchat.bench.prompts import builtin_prompts
-from engine.speculation.proposers.base import MAX_K
 
 
 @pytest.fixture(scope="module")

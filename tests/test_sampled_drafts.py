@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from engine import DraftProposer, SamplingParams, generate
-from engine.speculation.proposers import draft as draft_module
 from engine.runtime.sampling import DRAFT, accept_tokens, probabilities, sample
+from engine.speculation.proposers import draft as draft_module
 from tests.conftest import tiny_model
 
 TRIALS = 100_000
@@ -31,7 +31,7 @@ def emitted_first_tokens(p_logits, q_logits, q_reported_logits, params):
     """First token emitted by TRIALS independent one-draft steps, all computed in one batch:
     accept_tokens treats each row as a draft position with its own counter-keyed noise."""
     positions = torch.arange(TRIALS)
-    drafts = sample(q_logits.expand(TRIALS, -1), positions, params, stream=DRAFT)
+    drafts = sample(q_logits.expand(TRIALS, -1), positions, params, noise=DRAFT)
     p = probabilities(p_logits, params).expand(TRIALS + 1, -1)
     q = probabilities(q_reported_logits, params).expand(TRIALS, -1)
     out = accept_tokens(p, q, drafts, torch.tensor(0), positions, params)

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from engine import DraftProposer, EngineError, NgramProposer, SamplingParams, generate, stream
-from engine.speculation.proposers.base import MAX_K
+from engine import MAX_K, DraftProposer, EngineError, NgramProposer, SamplingParams, generate, stream
 from tests.conftest import tiny_model
 
 GREEDY = SamplingParams(max_tokens=60)

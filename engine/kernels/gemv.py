@@ -37,7 +37,9 @@ import torch
 import triton
 import triton.language as tl
 
-MAX_ROWS = 16  # longer steps (prefill) go to cuBLAS, which is made for them
+from engine.kernels.ops import add_rms_norm
+from engine.limits import MAX_STEP
+
 PLAIN, NORM = 0, 1  # what the input load computes
 
 
@@ -286,7 +288,7 @@ def split_k(k: int, block_k: int, split: int) -> tuple[int, int]:
 def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     t = x.shape[0]
     n, k = weight.shape
-    if not x.is_cuda or t > MAX_ROWS:
+    if not x.is_cuda or t > MAX_STEP:
         return False
     if t == 1:  # a vocabulary-wide product over a short row: cuBLAS measured faster (0.5B's lm_head)
         return not (n >= 16384 and k < 1024)
@@ -302,7 +304,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out_dtype: the kernels write their float32 sums in it (logits: no rounding to bf16 and no
     cast kernel after, which for a 16-token step's 16 x 152K logits is some 15 MB moved);
     cuBLAS's result is cast to it."""
-    invariant = invariant and x.is_cuda and x.shape[0] <= MAX_ROWS
+    invariant = invariant and x.is_cuda and x.shape[0] <= MAX_STEP
     if not (invariant or _fits(x, weight)):
         out = torch.nn.functional.linear(x, weight, bias)
         return out if out_dtype is None else out.to(out_dtype)
@@ -320,7 +322,7 @@ def linear_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     cut into enough programs. Otherwise (one row, a bias, no such setting, batch-invariant) `linear`."""
     t = x.shape[0]
     n, k = weight.shape
-    verify = x.is_cuda and 1 < t <= MAX_ROWS and bias is None and not invariant
+    verify = x.is_cuda and 1 < t <= MAX_STEP and bias is None and not invariant
     config = parts_config(n, k, x.dtype) if verify else None
     if config is None:
         return linear(x, weight, bias, invariant)
@@ -340,8 +342,6 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
     """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
     stream is a new tensor (programs read the old one while the first writes the sum); x itself
     when residual is None, the stream's start. Otherwise residual is updated in place."""
-    from engine.kernels.ops import add_rms_norm
-
     if invariant or not folds_norm(x, weight):
         h, stream = add_rms_norm(x, residual, norm_weight, eps)
         return linear(h, weight, bias, invariant), stream

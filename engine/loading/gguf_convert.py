@@ -10,9 +10,10 @@ from pathlib import Path
 
 import torch
 
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
 from engine.loading.gguf_file import Progress, gguf_config, iter_tensors, open_gguf
+from engine.loading.tokenizer import load_tokenizer
+from engine.network.config import ModelConfig
 
 CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
@@ -47,8 +48,6 @@ def write_hf_dir(gguf: Path, target: Path, dtype: str, progress: Progress = None
     """Dequantise gguf into target: matrices in dtype, norms and biases in float32. The directory
     is built under a temporary name and renamed, so target exists only complete."""
     from safetensors.torch import save_file
-
-    from engine.loading.loader import load_tokenizer
 
     if progress:
         progress(f"{gguf.name}: reading")

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
+from engine.loading.tokenizer import load_tokenizer
+from engine.network.config import ModelConfig
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
@@ -45,8 +46,6 @@ def read_gguf(
 ) -> tuple[ModelConfig, dict[str, torch.Tensor], object]:
     """Config, float32 tensors under HF names (model.layers.0.self_attn.q_proj.weight, ...) and the
     tokenizer (None when transformers cannot build one) of a GGUF file."""
-    from engine.loading.loader import load_tokenizer
-
     path = Path(path)
     if progress:
         progress(f"{path.name}: reading")
@@ -60,7 +59,7 @@ def read_gguf(
 
 def open_gguf(path: Path):
     """A GGUFReader, or one EngineError line for a missing, foreign, truncated or corrupt file."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # not on every GPU host: only for GGUF files
 
     if not path.is_file():
         raise EngineError(f"no GGUF file at {path}")

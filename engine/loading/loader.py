@@ -8,8 +8,11 @@ from pathlib import Path
 
 import torch
 
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
+from engine.loading import packs
+from engine.loading.gguf_file import read_gguf
+from engine.loading.tokenizer import load_tokenizer
+from engine.network.config import ModelConfig
 from engine.network.decoder import Decoder
 from engine.runtime.model import Model
 
@@ -60,8 +63,6 @@ def load_model(
     device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
     runs CUDA steps op by op instead of replaying CUDA graphs; batch_invariant=True makes a bf16
     reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
-    from engine.loading import packs
-
     device = check_device(device or default_device())
     dtype = resolve_dtype(dtype, device)
     path = Path(os.path.expanduser(name_or_path))
@@ -98,7 +99,7 @@ def looks_like_hub_id(name: str) -> bool:
 
 def hub_snapshot(repo_id: str) -> Path:
     """Download (or find in the local cache) a hub repository's config, tokenizer and safetensors."""
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import snapshot_download  # slow to import: only for a hub id
 
     patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"]
     try:
@@ -114,8 +115,6 @@ def read_weights(path: Path, progress=None) -> tuple[ModelConfig, dict[str, torc
     if path.is_file():
         if path.suffix != ".gguf":
             raise EngineError(f"{path} is not a GGUF file or a model directory")
-        from engine.loading.gguf_file import read_gguf
-
         return read_gguf(path, progress)
     return read_hf_dir(path)
 
@@ -147,12 +146,3 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         except (OSError, SafetensorError) as err:
             raise EngineError(f"cannot read {path / name}: {err}") from None
     return tensors
-
-
-def load_tokenizer(path: Path, **kw):
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(path), **kw)
-    except Exception:  # noqa: BLE001 - a model without a usable tokenizer still runs on ids
-        return None

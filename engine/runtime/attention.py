@@ -1,6 +1,6 @@
 """Paged attention: queries of one step against every cached position of the sequence.
 
-`StepContext` carries where this step's keys and values go (slot_mapping) and where the
+A `StepContext` (engine/runtime/step_io.py) carries where this step's keys and values go (slot_mapping) and where the
 whole context lives (context_slots), so `Decoder.forward(ids, positions, ctx)` stays clean.
 The torch path reads the context's K/V through the page table (a view of the pool when the
 sequence's pages are consecutive, a gather otherwise) into torch's fused attention;
@@ -12,30 +12,10 @@ what lets a step be captured in a CUDA graph; it must match the reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from engine.runtime.kv_cache import PagePool
-
-MAX_DECODE_TOKENS = 16  # steps up to this many tokens use the paged kernel; longer ones, prefill
-
-
-@dataclass
-class StepContext:
-    pool: PagePool
-    slot_mapping: torch.Tensor | None  # [T] pool slots this step's K/V are written to
-    context_slots: torch.Tensor | None  # [L] pool slots of positions 0..L-1 (L = context after this step)
-    causal: bool = True  # False: the step's queries see each other both ways (DFlash block)
-    backend: str = "torch"
-    page_table: torch.Tensor | None = None  # triton: [pages] int64, the sequence's pages in order
-    start: torch.Tensor | None = None  # triton: [1] int64, position of the step's first token
-    # triton: keys per attention split when the step must be batch-invariant (0: splits sized to
-    # the context, the fastest); with it, the linears too compute every row the same way
-    invariant_chunk: int = 0
-    # torch: slot of position 0 when the context's slots are one consecutive run (its K/V are then
-    # read as a view of the pool, not gathered)
-    context_start: int | None = None
+from engine.limits import MAX_STEP
+from engine.runtime.step_io import StepContext
 
 
 def paged_attention(
@@ -83,7 +63,7 @@ def reference_attention(
 def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch.Tensor:
     """Attention for the triton backend, the step's K/V already in the cache. [T, H, D]."""
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
-    if q.shape[0] <= MAX_DECODE_TOKENS:
+    if q.shape[0] <= MAX_STEP:
         from engine.kernels.attention import paged_decode_attention
 
         return paged_decode_attention(

@@ -38,10 +38,6 @@ class PagePool:
     def num_free(self) -> int:
         return len(self.free)
 
-    @property
-    def capacity(self) -> int:
-        return self.num_pages * self.page_size
-
     def allocate(self) -> int:
         if not self.free:
             raise EngineError(

@@ -15,22 +15,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.runtime.attention import MAX_DECODE_TOKENS, StepContext
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.runtime.kv_cache import PagePool, SeqCache
+from engine.limits import MAX_STEP, PAGE_SIZE
+from engine.network.config import ModelConfig
 from engine.network.decoder import Decoder, triton_available
+from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.sampling import TOKEN, SamplingParams, probabilities, sample
-
-PAGE_SIZE = 16
-MAX_STEP = 16  # longest verify step: k = 15 drafts and the last token
-
-
-@dataclass
-class StepOutput:
-    tokens: torch.Tensor  # [T] sampled after each input token (device)
-    logits: torch.Tensor  # [T, V] (device; the sampled-drafts rule needs them)
-    captured: torch.Tensor | None = None  # [T, n * H] target states for a DFlash drafter
+from engine.runtime.step_graphs import StepGraphs
+from engine.runtime.step_io import StepContext, StepOutput
 
 
 @dataclass
@@ -40,7 +32,7 @@ class Model:
     tokenizer: object | None = None
     name: str = "model"
     max_context: int = 4096
-    capture_layers: tuple[int, ...] = ()  # set while a DFlash drafter is attached
+    state_layers: tuple[int, ...] = ()  # set while a DFlash drafter is attached
     eager: bool = False  # CUDA: run every step op by op (no CUDA graphs)
     # CUDA: compute every row of a 1..16-token step the same way whatever the step's length, so
     # bf16 output with speculation is plain decoding's bit for bit (decode steps get slower)
@@ -66,8 +58,6 @@ class Model:
         self.decoder.batch_invariant = self.invariant_chunk > 0
         self.graphs = None
         if graphed:
-            from engine.runtime.step_graphs import StepGraphs
-
             self.graphs = StepGraphs(self)
 
     def new_sequence(self) -> SeqCache:
@@ -89,11 +79,11 @@ class Model:
         seq.append(t)
         ctx = self.context(seq, start, t, causal)
         positions = torch.arange(start, start + t, device=self.device)
-        return self.decoder(ids, positions, ctx, capture=self.capture_layers)
+        return self.decoder(ids, positions, ctx, state_layers=self.state_layers)
 
     def context(self, seq: SeqCache, start: int, t: int, causal: bool = True) -> StepContext:
         """Where a step of t tokens at `start` writes its K/V and finds its context."""
-        short = t <= MAX_DECODE_TOKENS
+        short = t <= MAX_STEP
         slots = None if self.backend == "triton" and short else seq.slots(0, start + t).to(self.device)
         if self.backend == "torch":
             pages = seq.pages
@@ -111,36 +101,36 @@ class Model:
         ids: list[int] | torch.Tensor,
         sampling: SamplingParams,
         last_only: bool = False,
-        stream: int = TOKEN,
+        noise: int = TOKEN,
     ) -> StepOutput:
         """Run ids and sample the token after each (after the last only, for a prefill).
 
         ids may be a device tensor (drafts handed over on the device). With CUDA graphs the
         outputs are the graph's static buffers: read them before this model's next step."""
         if self.graphs is not None and 0 < len(ids) <= MAX_STEP:
-            return self.graphs.step(seq, ids, sampling, last_only, stream)
+            return self.graphs.step(seq, ids, sampling, last_only, noise)
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device)
         start = seq.length
         out = self.forward(seq, ids)
-        hidden, captured = out if self.capture_layers else (out, None)
+        hidden, states = out if self.state_layers else (out, None)
         positions = torch.arange(start + 1, start + ids.shape[0] + 1, device=self.device)
         if last_only:
             hidden, positions = hidden[-1:], positions[-1:]
         logits = self.decoder.logits(hidden)
-        return StepOutput(sample(logits, positions, sampling, stream), logits, captured)
+        return StepOutput(sample(logits, positions, sampling, noise), logits, states)
 
     @torch.inference_mode()
-    def chain(self, seq: SeqCache, first: torch.Tensor, n: int, sampling: SamplingParams, stream: int = TOKEN
+    def chain(self, seq: SeqCache, first: torch.Tensor, n: int, sampling: SamplingParams, noise: int = TOKEN
               ) -> StepOutput:
         """n one-token steps, each running the token the previous one sampled, starting from
         `first` ([1], on the device): tokens [n] and their logits [n, V]. The host only enqueues
         them (replays of one graph on CUDA); nothing is read back."""
         if self.graphs is not None:
-            return self.graphs.chain(seq, first, n, sampling, stream)
+            return self.graphs.chain(seq, first, n, sampling, noise)
         tokens, logits = [], []
         token = first
         for _ in range(n):
-            out = self.step(seq, token, sampling, last_only=True, stream=stream)
+            out = self.step(seq, token, sampling, last_only=True, noise=noise)
             token = out.tokens
             tokens.append(out.tokens)
             logits.append(out.logits)

@@ -56,17 +56,17 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def uniform(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+def uniform(seed: int, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
     """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key."""
-    base = _mix(torch.full_like(positions, (seed ^ stream) & MASK32))
+    base = _mix(torch.full_like(positions, (seed ^ noise) & MASK32))
     row = _mix(base + positions * 0x9E3779B1)  # [T]
     cols = torch.arange(width, device=positions.device, dtype=torch.long)
     h = _mix(row[:, None] + cols[None, :] * 0x7FEB352D)
     return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
-def gumbel(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
-    return -torch.log(-torch.log(uniform(seed, stream, positions, width)))
+def gumbel(seed: int, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+    return -torch.log(-torch.log(uniform(seed, noise, positions, width)))
 
 
 def filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -92,13 +92,13 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, stream: int = TOKEN
+    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, noise: int = TOKEN
 ) -> torch.Tensor:
     """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long."""
     if params.greedy:
         return logits.argmax(-1)
     scores = filtered(logits, params)
-    return (scores + gumbel(params.seed, stream, positions, scores.shape[-1])).argmax(-1)
+    return (scores + gumbel(params.seed, noise, positions, scores.shape[-1])).argmax(-1)
 
 
 def accept_tokens(

@@ -6,7 +6,7 @@ A step's inputs live in one static device buffer, filled by one host-to-device c
 
 The graph of a T-token step reads ids[:T], derives positions and the context length from
 `start`, finds K/V through the page table, and ends with sampling, so its outputs (tokens,
-logits, captured states) stay on the device until the caller reads the tokens. Graphs are
+logits, tapped states) stay on the device until the caller reads the tokens. Graphs are
 captured on first use, per (length, sampling settings, noise stream), into one memory pool.
 Sampling settings are baked into a graph: a few settings' graphs are kept, the oldest dropped.
 Sharing the pool means a graph's outputs may sit where a graph captured before it keeps its
@@ -25,13 +25,13 @@ from collections import OrderedDict
 
 import torch
 
-from engine.runtime.attention import StepContext
+from engine.limits import MAX_STEP
 from engine.runtime.sampling import SamplingParams, sample
+from engine.runtime.step_io import StepContext, StepOutput
 
 START = 16  # index of the step's first position in the input buffer (after 16 ids)
 COUNTER = 17
 PAGES = 18  # the page table starts here
-MAX_STEP = 16
 KEPT_SETTINGS = 3  # sampled settings whose graphs are kept (greedy ones always are)
 
 
@@ -62,16 +62,13 @@ class StepGraphs:
         self.mempool = torch.cuda.graph_pool_handle()
         self.graphs: dict = {}
         self.settings: OrderedDict = OrderedDict()  # sampled settings in use, oldest first
-        self.captures = 0
         self.last = None  # the graph of the latest step (the step bench replays it)
 
-    def step(self, seq, ids, sampling: SamplingParams, last_only: bool, stream: int):
-        from engine.runtime.model import StepOutput
-
+    def step(self, seq, ids, sampling: SamplingParams, last_only: bool, noise: int):
         t = len(ids)
         self.model.check_room(seq, t)
-        graph, (tokens, logits, captured) = self._graph(("step", t, tuple(self.model.capture_layers)),
-                                                        sampling, stream)
+        graph, (tokens, logits, states) = self._graph(("step", t, tuple(self.model.state_layers)),
+                                                        sampling, noise)
         start = seq.length
         seq.append(t)
         self._load(seq.pages, start, ids)
@@ -79,13 +76,11 @@ class StepGraphs:
         self.last = graph
         if last_only:
             tokens, logits = tokens[-1:], logits[-1:]
-        return StepOutput(tokens, logits, captured)
+        return StepOutput(tokens, logits, states)
 
-    def chain(self, seq, first: torch.Tensor, n: int, sampling: SamplingParams, stream: int):
-        from engine.runtime.model import StepOutput
-
+    def chain(self, seq, first: torch.Tensor, n: int, sampling: SamplingParams, noise: int):
         self.model.check_room(seq, n)
-        graph, _ = self._graph(("chain",), sampling, stream)
+        graph, _ = self._graph(("chain",), sampling, noise)
         start = seq.length
         seq.append(n)
         self._load(seq.pages, start, None)
@@ -109,12 +104,12 @@ class StepGraphs:
         if on_device:
             self.ids[: len(ids)].copy_(ids)
 
-    def _graph(self, shape: tuple, sampling: SamplingParams, stream: int):
-        key = (*shape, settings_key(sampling), stream)
+    def _graph(self, shape: tuple, sampling: SamplingParams, noise: int):
+        key = (*shape, settings_key(sampling), noise)
         if key not in self.graphs:
             self._keep(settings_key(sampling))
             body = self._chain_body if shape[0] == "chain" else self._step_body
-            self.graphs[key] = self._capture(lambda: body(shape, sampling, stream))
+            self.graphs[key] = self._capture(lambda: body(shape, sampling, noise))
         return self.graphs[key]
 
     def _keep(self, settings) -> None:
@@ -132,21 +127,21 @@ class StepGraphs:
         return StepContext(model.pool, None, None, True, "triton", self.page_table, self.start,
                            model.invariant_chunk)
 
-    def _step_body(self, shape, sampling, stream):
-        _, t, capture = shape
+    def _step_body(self, shape, sampling, noise):
+        _, t, state_layers = shape
         decoder = self.model.decoder
         positions = self.start + self.offsets[:t]
-        out = decoder(self.ids[:t], positions, self._context(), capture=capture)
-        hidden, captured = out if capture else (out, None)
+        out = decoder(self.ids[:t], positions, self._context(), state_layers=state_layers)
+        hidden, states = out if state_layers else (out, None)
         logits = decoder.logits(hidden)
-        return sample(logits, positions + 1, sampling, stream), logits, captured
+        return sample(logits, positions + 1, sampling, noise), logits, states
 
-    def _chain_body(self, shape, sampling, stream):
+    def _chain_body(self, shape, sampling, noise):
         decoder = self.model.decoder
         positions = self.start + self.offsets[:1]
         ids = self.chain_ids.index_select(0, self.counter)
         logits = decoder.logits(decoder(ids, positions, self._context()))
-        token = sample(logits, positions + 1, sampling, stream)
+        token = sample(logits, positions + 1, sampling, noise)
         self.chain_ids.index_copy_(0, self.counter + 1, token)
         self.chain_logits.index_copy_(0, self.counter, logits)
         self.start.add_(1)
@@ -161,7 +156,6 @@ class StepGraphs:
         h[:] = 0
         h[PAGES:] = self.scratch_page
         self.inputs.copy_(self.host)
-        self.captures += 1
         return capture(body, self.mempool)
 
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.errors import EngineError
-from engine.speculation.metrics import Metrics
-from engine.speculation.proposers.base import MAX_K, Proposal, Proposer
-from engine.speculation.recapture import recapture
+from engine.limits import MAX_K
 from engine.runtime.sampling import TOKEN, SamplingParams, accept_tokens
+from engine.speculation.context_states import context_states
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers.base import Proposal, Proposer
 
 
 @dataclass
@@ -35,16 +36,23 @@ class Step:
     kind: str  # "plain" (no drafts), "bonus" (every draft kept) or "correction" (a draft refused)
     k: int  # drafts asked for
     proposer: str  # who drafted ("off" for plain decoding)
-    propose_s: float
-    verify_s: float
+    propose_s: float  # drafting
+    verify_s: float  # the model's step that decided the tokens: decode or verify (0 for the prefill)
     position: int  # sequence position of tokens[0]
-    prefill: bool = False
+    prefill: bool = False  # the reply's first Step: the prompt's step and the first token
     finished: str | None = None  # "stop", "length", "cancelled" on the last step
+    prefill_s: float = 0.0  # the prompt's step, on the prefill Step
 
     @property
     def rejected(self) -> list[int]:
         """Drafts refused at the rejection point and after it (the teaching view shows them)."""
         return self.drafts[self.accepted :]
+
+
+def plain_step(tokens: list[int], position: int, verify_s: float = 0.0, **kw) -> Step:
+    """A Step with no drafts: the prefill, a decode step, or the end of a cancelled reply."""
+    return Step(tokens=tokens, drafts=[], accepted=0, kind="plain", k=0, proposer="off", propose_s=0.0,
+                verify_s=verify_s, position=position, **kw)
 
 
 @dataclass
@@ -108,8 +116,8 @@ class Generation:
             if context is not None:
                 # switched in mid-reply: a proposer that reads target states (DFlash) gets those
                 # of the context so far, computed again (context[-1] has not run yet)
-                captured = recapture(self.model, seq, context[:-1]) if self.model.capture_layers else None
-                proposer.reset(context, captured)
+                states = context_states(self.model, seq, context[:-1]) if self.model.state_layers else None
+                proposer.reset(context, states)
 
     def _run(self, seq) -> Iterator[Step]:
         model, sampling = self.model, self.sampling
@@ -118,25 +126,25 @@ class Generation:
         last = int(out.tokens[-1])
         context = self.ids + [last]
         if self._active is not None:
-            self._active.reset(context, out.captured)
-        step = Step([last], [], 0, "plain", 0, "off", 0.0, time.perf_counter() - t0, len(self.ids), prefill=True)
+            self._active.reset(context, out.states)
+        step = plain_step([last], len(self.ids), prefill=True, prefill_s=time.perf_counter() - t0)
         yield self._emit(step)
         while step.finished is None:
             if self._cancel.is_set():
-                step = Step([], [], 0, "plain", 0, "off", 0.0, 0.0, len(context), finished="cancelled")
+                step = plain_step([], len(context), finished="cancelled")
                 yield self._emit(step)
                 return
             self._switch(self.speculative, context, seq)
             if self._active is None:
-                steps, captured = self._decode(seq, context), None
+                steps, states = self._decode(seq, context), None
             else:
-                step, captured = self._step(seq, context, last)
+                step, states = self._step(seq, context, last)
                 steps = [step]
             for step in steps:
                 context.extend(step.tokens)
                 last = context[-1]
-                if self._active is not None and step.finished is None:
-                    self._active.observe(context, captured)
+                if self._active is not None:
+                    self._active.observe(context, states)
                 yield self._emit(step)
                 if step.finished is not None:
                     break  # a stop inside a run of plain steps: the rest is never shown
@@ -154,7 +162,7 @@ class Generation:
         tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()
         each = (time.perf_counter() - t0) / n
         return [
-            Step([token], [], 0, "plain", 0, "off", 0.0, each, len(context) + i) for i, token in enumerate(tokens)
+            plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)
         ]
 
     def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
@@ -188,9 +196,10 @@ class Generation:
         tokens = drafts[:accepted] + [targets[accepted]]
         kind = "plain" if not drafts else ("bonus" if accepted == len(drafts) else "correction")
         name = proposer.name if proposer else "off"
-        step = Step(tokens, drafts, accepted, kind, k if proposer else 0, name, t1 - t0, t2 - t1, len(context))
-        captured = None if out.captured is None else out.captured[: accepted + 1]
-        return step, captured
+        step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
+                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context))
+        states = None if out.states is None else out.states[: accepted + 1]
+        return step, states
 
     def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:
         """The model's token after each prefix; with sampled drafts, the min(1, p/q) outcome."""

@@ -21,7 +21,7 @@ class Metrics:
 
     def add(self, step) -> None:
         if step.prefill:
-            self.prefill_s += step.verify_s
+            self.prefill_s += step.prefill_s
             return
         if not step.tokens and not step.drafts:  # a cancellation marker, no model step
             return

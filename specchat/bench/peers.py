@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
+from engine import PACKS, EngineError, ensure_pack
 from specchat.bench.runs import TRANSFORMERS, Case, Job, Run
-from engine.errors import EngineError
 
 NGRAM_SIZE = 3  # our prompt lookup matches the last 3, 2 or 1 tokens
 HEURISTIC_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
@@ -29,10 +29,8 @@ HEURISTIC_CONFIDENCE = 0.4  # transformers' default assistant_confidence_thresho
 def hf_source(name_or_path: str) -> tuple[str, dict]:
     """What AutoModelForCausalLM.from_pretrained reads for a model name of ours: a pack's
     converted directory, a GGUF file (gguf_file=), an HF directory or a hub id."""
-    from engine.loading import packs
-
-    if name_or_path in packs.PACKS:
-        return str(packs.ensure(name_or_path)), {}
+    if name_or_path in PACKS:
+        return str(ensure_pack(name_or_path)), {}
     path = Path(os.path.expanduser(name_or_path))
     if path.is_file():
         return str(path.parent), {"gguf_file": path.name}

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import EngineError
+from engine import EngineError
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from specchat.bench.runs import METHOD_ORDER, SPECCHAT, TRANSFORMERS, best_k
-from engine.errors import EngineError
+from engine import EngineError, find_spec
+from specchat.bench.runs import SPECCHAT, TRANSFORMERS, best_k, method_order
 
 SCHEMA = 1
 DASH = "–"
@@ -130,7 +130,8 @@ def fmt(value, spec: str = ".1f", suffix: str = "") -> str:
 
 
 def sort_key(r: dict):
-    return (METHOD_ORDER.index(r["method"]) if r["method"] in METHOD_ORDER else 99, r["k"])
+    order = method_order()
+    return (order.index(r["method"]) if r["method"] in order else len(order), r["k"])
 
 
 def sections(results: dict) -> list[tuple[dict, str]]:
@@ -221,14 +222,16 @@ def summary_table(results: dict) -> str:
     """The seed's table: per prompt, each method's speedup over plain decoding at its best k."""
     rows = results["rows"]
     present = {(r["engine"], r["method"]) for r in rows}
-    ours = [m for m in ("ngram", "draft", "dflash") if (SPECCHAT, m) in present]
-    theirs = [m for m in ("ngram", "draft", "draft-heuristic") if (TRANSFORMERS, m) in present]
-    label = {r["method"]: r["label"] for r in rows if r["engine"] == SPECCHAT}
-    names = {"ngram": "n-gram", "draft": label.get("draft", "draft"), "dflash": label.get("dflash", "DFlash")}
+    order = method_order()[1:]
+    ours = [m for m in order if (SPECCHAT, m) in present]
+    theirs = [m for m in order if (TRANSFORMERS, m) in present]
+    names = {r["method"]: r["label"] for r in rows if r["engine"] == SPECCHAT}
     their_names = {"ngram": "prompt lookup", "draft": "assistant", "draft-heuristic": "assistant, heuristic"}
     head = ["prompt", "plain tok/s", *(names[m] for m in ours)]
-    if "dflash" in ours:
-        head.append("DFlash tokens per step")
+    # the seed's table ends with the tokens per step of its strongest proposer: here the last one
+    per_step = ours[-1] if ours and ours[-1] != "ngram" else None
+    if per_step:
+        head.append(f"{find_spec(per_step).label} tokens per step")
     if (TRANSFORMERS, "plain") in present:
         head += ["transformers plain tok/s", *(f"transformers {their_names[m]}" for m in theirs)]
     lines = [f"| {' | '.join(head)} |", "|" + "---|" * len(head)]
@@ -237,13 +240,13 @@ def summary_table(results: dict) -> str:
 
         cells = [name, fmt(plain_tok_s(rows, SPECCHAT, prompt["name"], sampling))]
         cells += [best_cell(results, SPECCHAT, prompt["name"], sampling, m) for m in ours]
-        if "dflash" in ours:
+        if per_step:
             best = next(
                 (
                     b
                     for b in results["best"]
                     if (b["engine"], b["prompt"], b["sampling"], b["method"])
-                    == (SPECCHAT, prompt["name"], sampling, "dflash")
+                    == (SPECCHAT, prompt["name"], sampling, per_step)
                 ),
                 None,
             )
@@ -368,12 +371,8 @@ def write_chart(results: dict, path: Path) -> str | None:
     fig, axes = plt.subplots(
         len(modes), len(prompts), figsize=(5.5 * len(prompts), 3.8 * len(modes)), squeeze=False, sharey=True
     )
-    colours = {
-        "ngram": "tab:blue",
-        "draft": "tab:orange",
-        "draft-heuristic": "tab:red",
-        "dflash": "tab:green",
-    }
+    palette = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink")
+    colours = {m: palette[i % len(palette)] for i, m in enumerate(method_order()[1:])}
     for i, sampling in enumerate(modes):
         for j, prompt in enumerate(prompts):
             ax = axes[i][j]
@@ -382,7 +381,7 @@ def write_chart(results: dict, path: Path) -> str | None:
                 (r["tok_s"] for r in here if r["engine"] == SPECCHAT and r["method"] == "plain"), None
             )
             for engine, style in ((SPECCHAT, "-o"), (TRANSFORMERS, "--x")):
-                for method in METHOD_ORDER[1:]:
+                for method in method_order()[1:]:
                     line = sorted(
                         (r for r in here if (r["engine"], r["method"]) == (engine, method)),
                         key=lambda r: r["k"],

@@ -16,15 +16,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine import LoadedProposer, Metrics, Proposer, SamplingParams, check_k, proposer_specs, stream
 from specchat.bench.prompts import Prompt
-from engine.speculation.metrics import Metrics
-from engine.speculation.proposers import DraftProposer, NgramProposer
-from engine.speculation.proposers.base import Proposer, check_k
-from engine.runtime.sampling import SamplingParams
-from engine.speculation.loop import stream
 
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
-METHOD_ORDER = ["plain", "ngram", "draft", "draft-heuristic", "dflash"]
+PEER_METHODS = ["draft-heuristic"]  # transformers' rows with no proposer of ours beside them
+
+
+def method_order() -> list[str]:
+    """Rows in this order: plain, every registered proposer cheapest first, then peers' own."""
+    return ["plain", *(s.name for s in proposer_specs()), *PEER_METHODS]
 
 
 @dataclass
@@ -69,22 +70,16 @@ class Job:
     run: Callable[[], Run]
 
 
-def methods(ks: list[int], draft=None, dflash=None, dflash_label: str = "DFlash") -> list[Method]:
-    """Plain decoding, then n-gram, the draft model and DFlash (when given) at every k.
-
-    dflash is a loaded drafter; k past its block (block_size - 1 drafts) is skipped."""
+def methods(ks: list[int], loaded: list[LoadedProposer]) -> list[Method]:
+    """Plain decoding, then every loaded proposer at every k it can draft (k past a proposer's
+    max_k, e.g. a DFlash drafter's block, is skipped)."""
     ks = [check_k(k) for k in ks]
     out = [Method("plain", 0, "plain", lambda: None)]
-    out += [Method("ngram", k, "n-gram", lambda k=k: NgramProposer(k=k)) for k in ks]
-    if draft is not None:
-        out += [Method("draft", k, f"draft {draft.name}", lambda k=k: DraftProposer(draft, k=k)) for k in ks]
-    if dflash is not None:
-        from engine.speculation.proposers.dflash.proposer import DFlashProposer
-
+    for proposer in loaded:
         out += [
-            Method("dflash", k, dflash_label, lambda k=k: DFlashProposer(dflash, k=k))
+            Method(proposer.name, k, proposer.label, lambda p=proposer, k=k: p.make(k))
             for k in ks
-            if k <= dflash.block_size - 1
+            if k <= proposer.max_k
         ]
     return out
 
@@ -107,7 +102,7 @@ def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, pr
     for _ in steps:
         pass
     end = time.perf_counter()
-    return Run(list(gen.tokens), end - start, first.verify_s, gen.metrics, draft_prefill_s)
+    return Run(list(gen.tokens), end - start, first.prefill_s, gen.metrics, draft_prefill_s)
 
 
 def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:

@@ -10,12 +10,13 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from engine import proposer_specs
 from specchat.widgets.transcript import STYLES
 
 KEYS = (
     ("enter", "send the message"),
     ("esc", "stop the reply (what was written stays)"),
-    ("ctrl+p", "next proposer: off, n-gram, draft, DFlash (those available)"),
+    ("ctrl+p", "next proposer: off, {proposers} (those given)"),
     ("+ / -", "more or fewer drafts per step (k), with the input empty"),
     ("ctrl+t", "teaching view: show refused drafts"),
     ("ctrl+b", "show or hide the speculation panel"),
@@ -49,9 +50,17 @@ def explanation() -> Content:
     )
 
 
-def keys() -> Content:
+def proposers() -> Content:
+    """Every proposer the engine has, one line each (the registry's own words)."""
     return Content("\n").join(
-        Content.assemble((f"{key:>9}  ", "bold $text-accent"), what) for key, what in KEYS
+        Content.assemble((f"{spec.label:>9}  ", "bold $text-accent"), spec.summary) for spec in proposer_specs()
+    )
+
+
+def keys() -> Content:
+    names = ", ".join(spec.label for spec in proposer_specs())
+    return Content("\n").join(
+        Content.assemble((f"{key:>9}  ", "bold $text-accent"), what.format(proposers=names)) for key, what in KEYS
     )
 
 
@@ -62,6 +71,8 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help"):
             yield Static(Content.styled("What you are looking at", "bold"), classes="heading")
             yield Static(explanation(), id="help-text")
+            yield Static(Content.styled("Proposers", "bold"), classes="heading")
+            yield Static(proposers(), id="help-proposers")
             yield Static(Content.styled("Keys", "bold"), classes="heading")
             yield Static(keys(), id="help-keys")
             yield Static(Content.styled("esc closes this screen", "$text-muted"))

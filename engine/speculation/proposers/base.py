@@ -7,13 +7,14 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import EngineError
+from engine.limits import MAX_K
 
-MAX_K = 15  # a verify step runs the last token and up to 15 drafts: 16 tokens
 
-
-def check_k(k: int) -> int:
-    if not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise EngineError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
+def check_k(k: int, max_k: int = MAX_K, why: str = "") -> int:
+    """k itself, or one clear error: drafts per step are 1..max_k (a proposer's own limit, at most
+    MAX_K, for the reason `why`)."""
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
+        raise EngineError(f"k must be a whole number from 1 to {max_k}{f' ({why})' if why else ''}, got {k!r}")
     return k
 
 
@@ -54,22 +55,27 @@ class Proposer:
 
     `context` is the whole token list: prompt, then every emitted token; its last element is the
     token the target will run next. A proposer may return fewer than k drafts (or none).
-    `captured` (when the proposer asked the target for hidden states, as DFlash does) holds the
+    `states` (when the proposer asked the target for hidden states, as DFlash does) holds the
     target's states for the context tokens the step made final, in order."""
 
     name = "proposer"
-    sampled_drafts = False  # True: drafts are drawn from q and verified by the min(1, p/q) rule
+    max_k = MAX_K  # the most drafts one proposal can hold (a DFlash drafter's block sets its own)
+    max_k_why = ""  # why, when a proposer's own limit is below MAX_K
 
     def __init__(self, k: int):
-        self.k = check_k(k)
+        self.k = check_k(k, self.max_k, self.max_k_why)
 
-    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def clamp(self, k: int) -> int:
+        """k brought within 1..max_k (the chat's k control moves freely across proposers)."""
+        return max(1, min(self.max_k, k))
+
+    def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         pass
 
     def propose(self, context: list[int], k: int) -> Proposal:
         raise NotImplementedError
 
-    def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         pass
 
     def attach(self, target, sampling) -> None:

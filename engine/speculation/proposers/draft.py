@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 
 from engine.errors import EngineError
-from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.loading.loader import load_model
 from engine.runtime.sampling import DRAFT, SamplingParams, probabilities
+from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
 
 GREEDY = SamplingParams()
 
@@ -45,7 +47,7 @@ class DraftProposer(Proposer):
         check_same_vocabulary(target, self.model)
         self.sampling = sampling if self.sample else GREEDY
 
-    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         self.seq.release()
         self.context, self.last = [], None
 
@@ -63,7 +65,7 @@ class DraftProposer(Proposer):
         # go to the verify step on the device, and the host reads them with its results.
         keep = min(common_prefix(self.seen, context), len(context) - 1)
         self.seq.truncate(keep)
-        out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, stream=DRAFT)
+        out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, noise=DRAFT)
         # Copied out before the chain runs: on CUDA the step's outputs are a graph's buffers, and
         # the chain graph, captured into the same memory pool, may overwrite them as it replays.
         tokens, logits = [out.tokens[-1:].clone()], [out.logits[-1:].clone()]
@@ -91,3 +93,24 @@ def check_same_vocabulary(target, draft) -> None:
             f"draft {draft.name} and target {target.name} use different tokenizers: "
             "a draft model must share the target's vocabulary"
         )
+
+
+def load_draft(target, options: ProposerOptions):
+    """The draft model on the target's device, dtype, context and graph setting, checked at load."""
+    draft = load_model(options.sources["draft"], device=str(target.device), dtype=target.dtype,
+                       max_context=target.max_context, progress=options.progress, eager=options.eager)
+    check_same_vocabulary(target, draft)
+    draft.sample_drafts = options.sample_drafts
+    return draft
+
+
+SPEC = ProposerSpec(
+    name="draft",
+    label="draft",
+    summary="a smaller model with the target's vocabulary decodes k drafts (k small decode steps)",
+    need=Need("draft", "MODEL", "draft model with the target's vocabulary", "no --draft model given"),
+    load=load_draft,
+    make=lambda draft, k: DraftProposer(draft, k=k, sample=draft.sample_drafts),
+    describe=lambda draft: f"draft {draft.name}",
+    order=20,
+)

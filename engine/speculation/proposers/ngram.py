@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.speculation.proposers.base import Proposal, Proposer
+from engine.speculation.proposers.spec import ProposerSpec
 
 MAX_N = 3
 
@@ -18,12 +19,12 @@ class NgramProposer(Proposer):
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position right after its latest occurrence
         self.indexed = 0  # n-grams ending before this position are in the index
 
-    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         self.index.clear()
         self.indexed = 0
         self.observe(context)
 
-    def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # Index every n-gram that has a following token, i.e. ending at or before len - 2; the
         # context's own suffix stays out, so a lookup finds an *earlier* occurrence. Grows with
         # the context: no step rescans it.
@@ -46,3 +47,12 @@ class NgramProposer(Proposer):
                     drafts.append(context[j] if j < len(context) else drafts[j - len(context)])
                 return Proposal(drafts)
         return Proposal([])
+
+
+SPEC = ProposerSpec(
+    name="ngram",
+    label="n-gram",
+    summary="prompt lookup: what followed the last 1-3 tokens earlier in the context (free, on the host)",
+    make=lambda _, k: NgramProposer(k=k),
+    order=10,
+)

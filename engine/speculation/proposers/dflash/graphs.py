@@ -4,7 +4,7 @@ A step's pass takes the states of the n tokens the target just made final (n = a
 so 1..16) and the anchor, the last verified token. Its inputs live in two static buffers:
 
     inputs [ block ids (B): anchor, mask x (B-1) | start | page table (every page of the pool) ]
-    states [16, len(capture_layers) * H]: the new tokens' target states, copied on the device
+    states [16, len(state_layers) * H]: the new tokens' target states, copied on the device
 
 `inputs` is filled by one host-to-device copy; the states never leave the device. The graph of
 n extends the context at positions start..start+n-1, then runs the block at start+n..; its
@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.limits import MAX_STEP
 from engine.runtime.step_graphs import capture
-
-MAX_NEW = 16  # new states per step: up to 15 accepted drafts and the bonus
 
 
 class DrafterGraphs:
@@ -38,13 +37,12 @@ class DrafterGraphs:
         self.ids = self.inputs[:b]
         self.start = self.inputs[b : b + 1]
         self.page_table = self.inputs[b + 1 :]
-        width = len(drafter.capture_layers) * drafter.config.shape.hidden_size
-        self.states = torch.zeros(MAX_NEW, width, dtype=drafter.fc.weight.dtype, device=device)
-        self.offsets = torch.arange(MAX_NEW, device=device)
+        width = len(drafter.state_layers) * drafter.config.shape.hidden_size
+        self.states = torch.zeros(MAX_STEP, width, dtype=drafter.fc.weight.dtype, device=device)
+        self.offsets = torch.arange(MAX_STEP, device=device)
         self.loaded = torch.cuda.Event()
         self.mempool = mempool
         self.graphs: dict[int, tuple] = {}
-        self.captures = 0
 
     @torch.inference_mode()
     def run(
@@ -55,7 +53,7 @@ class DrafterGraphs:
         them before the next pass)."""
         drafter, seq = self.drafter, self.drafter.seq
         n = sum(s.shape[0] for s in states)
-        if n > MAX_NEW:
+        if n > MAX_STEP:
             drafter.extend(torch.cat(states))
             states, n = [], 0
         graph, outputs = self._graph(n)
@@ -105,5 +103,4 @@ class DrafterGraphs:
         h[:] = 0
         h[self.pages_index :] = self.scratch_page
         self.inputs.copy_(self.host)
-        self.captures += 1
         return capture(body, self.mempool)

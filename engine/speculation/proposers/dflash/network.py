@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.runtime.attention import StepContext
-from engine.network.config import ModelConfig
 from engine.errors import EngineError
-from engine.runtime.kv_cache import PagePool, SeqCache
+from engine.limits import PAGE_SIZE
+from engine.network.config import ModelConfig
 from engine.network.decoder import DecoderLayer, RMSNorm, rope, rope_frequencies, rope_tables
-
-PAGE_SIZE = 16
+from engine.runtime.kv_cache import PagePool, SeqCache
+from engine.runtime.step_io import StepContext
+from engine.speculation.proposers.dflash.graphs import DrafterGraphs
 
 
 def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
@@ -165,10 +165,10 @@ class DFlashDrafter(nn.Module):
         self.block_size = cfg.block_size
         self.mask_token_id = cfg.mask_token_id
         self.target_layer_ids = cfg.target_layer_ids
-        # The target captures each layer once, in layer order; fc reads them in the config's order
+        # The target keeps each layer's states once, in layer order; fc reads them in the config's order
         # (which may repeat or go backwards).
-        self.capture_layers = tuple(sorted(set(cfg.target_layer_ids)))
-        self.state_order = [self.capture_layers.index(i) for i in cfg.target_layer_ids]
+        self.state_layers = tuple(sorted(set(cfg.target_layer_ids)))
+        self.state_order = [self.state_layers.index(i) for i in cfg.target_layer_ids]
         self.name = "dflash"
         self.fc = nn.Linear(len(cfg.target_layer_ids) * s.hidden_size, s.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
@@ -203,13 +203,11 @@ class DFlashDrafter(nn.Module):
         # the block's token ids live in one static buffer: [anchor, mask x (B-1)]
         self.block_ids = torch.full((self.block_size,), self.mask_token_id, dtype=torch.long, device=device)
         self.block_offsets = torch.arange(self.block_size, device=device)
-        identity = self.state_order == list(range(len(self.capture_layers)))
+        identity = self.state_order == list(range(len(self.state_layers)))
         self.state_index = None if identity else torch.tensor(self.state_order, device=device)
         self.inv_freq = rope_frequencies(s.head_dim, s.rope_theta, device)
         self.graphs = None
         if target_graphs is not None:
-            from engine.speculation.proposers.dflash.graphs import DrafterGraphs
-
             self.graphs = DrafterGraphs(self, target_graphs.mempool)
 
     @property
@@ -233,8 +231,8 @@ class DFlashDrafter(nn.Module):
 
     @torch.inference_mode()
     def extend(self, states: torch.Tensor) -> None:
-        """Append verified tokens to the context, op by op: states [n, len(capture_layers) * H],
-        the target's residual stream after each of capture_layers, tokens in order."""
+        """Append verified tokens to the context, op by op: states [n, len(state_layers) * H],
+        the target's residual stream after each of state_layers, tokens in order."""
         n = states.shape[0]
         if n == 0:
             return
@@ -250,7 +248,7 @@ class DFlashDrafter(nn.Module):
         s = self.config.shape
         n = states.shape[0]
         if self.state_index is not None:
-            states = states.view(n, len(self.capture_layers), s.hidden_size).index_select(1, self.state_index)
+            states = states.view(n, len(self.state_layers), s.hidden_size).index_select(1, self.state_index)
             states = states.reshape(n, -1)
         slots = page_table[positions // PAGE_SIZE] * PAGE_SIZE + positions % PAGE_SIZE
         cos, sin = rope_tables(positions, s.head_dim, s.rope_theta, self.fc.weight.dtype)

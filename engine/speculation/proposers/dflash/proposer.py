@@ -1,7 +1,7 @@
 """DFlash: a block-diffusion drafter reads the target's hidden states and drafts a whole block in one pass.
 
 The target keeps the residual stream after the drafter's target layers on every step (attach
-sets `capture_layers`); the states of verified tokens become the drafter's context. Each step
+sets `state_layers`); the states of verified tokens become the drafter's context. Each step
 is one drafter pass over [last token, mask x (B-1)], whatever k: the first k of its B-1 greedy
 drafts are proposed. Drafts are deterministic given the context, so verification is the
 exact-match rule and sampled output equals plain sampled output.
@@ -13,16 +13,11 @@ the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
 import torch
 
-from engine.speculation.proposers.dflash.network import DFlashConfig, DFlashDrafter, distinct_target_layer_ids, zlab_weight_shapes
 from engine.errors import EngineError
-from engine.loading.loader import read_safetensors
 from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.speculation.proposers.dflash.network import DFlashDrafter
 
 
 class DFlashProposer(Proposer):
@@ -31,13 +26,9 @@ class DFlashProposer(Proposer):
     name = "dflash"
 
     def __init__(self, drafter: DFlashDrafter, k: int | None = None):
-        k = drafter.block_size - 1 if k is None else k
-        super().__init__(k)
-        if k > drafter.block_size - 1:
-            raise EngineError(
-                f"k={k} is more than this drafter's block of {drafter.block_size} gives "
-                f"(at most {drafter.block_size - 1} drafts)"
-            )
+        self.max_k = drafter.block_size - 1  # one pass drafts a block: the anchor, then B - 1 drafts
+        self.max_k_why = f"this drafter's block of {drafter.block_size} gives at most {self.max_k} drafts"
+        super().__init__(self.max_k if k is None else k)
         self.drafter = drafter
         self.pending: list[torch.Tensor] = []  # target states not yet in the drafter's cache
 
@@ -46,22 +37,22 @@ class DFlashProposer(Proposer):
             raise EngineError(
                 f"this DFlash drafter was loaded for another target model: load it for {target.name}"
             )
-        target.capture_layers = self.drafter.capture_layers
+        target.state_layers = self.drafter.state_layers
 
     def detach(self, target) -> None:
-        target.capture_layers = ()
+        target.state_layers = ()
         self.drafter.clear()
         self.pending = []
 
-    def reset(self, context: list[int], captured: torch.Tensor | None = None) -> None:
+    def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # context[-1] has not run through the target yet: states cover context[:-1]
-        if captured is None or captured.shape[0] != len(context) - 1:
+        if states is None or states.shape[0] != len(context) - 1:
             raise EngineError("DFlash needs the target's hidden states of the whole context")
         self.drafter.clear()
-        self.pending = [captured]
+        self.pending = [states]
 
-    def observe(self, context: list[int], captured: torch.Tensor | None = None) -> None:
-        self.pending.append(captured)
+    def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
+        self.pending.append(states)
 
     def propose(self, context: list[int], k: int) -> DeviceProposal:
         # The context extension runs here, not in observe, so the loop's propose time is the
@@ -76,109 +67,3 @@ class DFlashProposer(Proposer):
 
     def describe(self) -> str:
         return f"dflash {self.drafter.name} k={self.k}"
-
-
-def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
-    """A DFlash drafter in z-lab's format (local directory or hub id), bound to `target`:
-    it uses the target's embeddings and lm_head and reads its hidden states."""
-    from engine.loading.loader import hub_snapshot, looks_like_hub_id
-
-    path = Path(os.path.expanduser(path_or_hub_id))
-    if not path.exists():
-        if not looks_like_hub_id(path_or_hub_id):
-            raise EngineError(
-                f"no DFlash drafter {path_or_hub_id!r}: not a directory, not a hub id (owner/name)"
-            )
-        path = hub_snapshot(path_or_hub_id)
-    if not (path / "config.json").is_file():
-        raise EngineError(f"{path} has no config.json: not a DFlash drafter directory")
-    try:
-        raw = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise EngineError(f"cannot read {path / 'config.json'}: {err}") from None
-    cfg = DFlashConfig.from_zlab(raw)
-    check_fits(cfg, target)
-    tensors = read_safetensors(path)
-    with torch.device("meta"):
-        drafter = DFlashDrafter(cfg)
-    drafter = drafter.to_empty(device=target.device).to(target.dtype)
-    drafter.load_zlab_state({k: v.to(target.dtype) for k, v in tensors.items()})
-    drafter.eval()
-    drafter.name = Path(path_or_hub_id.rstrip("/")).name
-    drafter.bind(target, target.max_context)
-    return drafter
-
-
-def check_fits(cfg: DFlashConfig, target) -> None:
-    t, s = target.config, cfg.shape
-    if s.hidden_size != t.hidden_size:
-        raise EngineError(
-            f"drafter hidden size {s.hidden_size} != target {target.name}'s {t.hidden_size}: "
-            "the drafter was trained for another model"
-        )
-    if s.vocab_size != t.vocab_size:
-        raise EngineError(
-            f"drafter vocabulary of {s.vocab_size} != target {target.name}'s {t.vocab_size}: "
-            "the drafter was trained for another model"
-        )
-    if cfg.num_target_layers != t.num_layers:
-        raise EngineError(
-            f"drafter reads a {cfg.num_target_layers}-layer target, {target.name} has "
-            f"{t.num_layers} layers: the drafter was trained for another model"
-        )
-    if not all(0 <= i < t.num_layers for i in cfg.target_layer_ids):
-        raise EngineError(
-            f"drafter target_layer_ids {list(cfg.target_layer_ids)} are not layers of {target.name}"
-        )
-    if not 0 <= cfg.mask_token_id < t.vocab_size:
-        raise EngineError(f"drafter mask_token_id {cfg.mask_token_id} is outside the vocabulary")
-    if not 2 <= cfg.block_size <= 16:
-        raise EngineError(f"drafter block_size {cfg.block_size}: specchat verifies blocks of 2 to 16 tokens")
-
-
-def write_random_drafter(
-    directory: str | Path,
-    target,
-    num_layers: int = 5,
-    block_size: int = 16,
-    mask_token_id: int | None = None,
-    seed: int = 0,
-    std: float = 0.02,
-) -> Path:
-    """Write a random-weight drafter for `target` in z-lab's format (config.json + model.safetensors).
-
-    Its drafts are noise: it shows that the DFlash path runs and what a pass costs, never how
-    well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do; it reads
-    distinct target layers, by z-lab's rule where the target is deep enough for it."""
-    from safetensors.torch import save_file
-
-    t = target.config
-    cfg = DFlashConfig.from_zlab(
-        {
-            "block_size": block_size,
-            "num_target_layers": t.num_layers,
-            "dflash_config": {
-                "mask_token_id": t.vocab_size - 1 if mask_token_id is None else mask_token_id,
-                "target_layer_ids": distinct_target_layer_ids(t.num_layers, num_layers),
-            },
-            "num_hidden_layers": num_layers,
-            "hidden_size": t.hidden_size,
-            "intermediate_size": t.intermediate_size,
-            "num_attention_heads": t.num_heads,
-            "num_key_value_heads": t.num_kv_heads,
-            "head_dim": t.head_dim,
-            "rope_theta": t.rope_theta,
-            "rms_norm_eps": t.rms_norm_eps,
-            "vocab_size": t.vocab_size,
-        }
-    )
-    gen = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for name, shape in zlab_weight_shapes(cfg).items():
-        mean, spread = (1.0, 0.1) if "norm" in name else (0.0, std)
-        tensors[name] = (mean + spread * torch.randn(shape, generator=gen)).contiguous()
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(cfg.to_zlab(), indent=2))
-    save_file(tensors, str(directory / "model.safetensors"))
-    return directory

@@ -1,4 +1,5 @@
-"""specchat bench steps: how long one decode or verify step takes, next to what bounds it.
+"""The step profiler (`specchat bench steps`): how long one decode or verify step takes, next to what
+bounds it.
 
 For one model (random weights of a preset shape, or a real one), at each context length: the
 median device time of the graph-captured step of 1, 2, 4, 8 and 16 tokens, the whole step seen
@@ -10,7 +11,6 @@ and where the time of a graph step goes (profiled kernels by kind, and the gaps 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.network.config import PRESETS, preset
 from engine.errors import EngineError
-from engine.runtime.model import Model, random_model
+from engine.loading.gguf_convert import hf_config
+from engine.runtime.model import Model
 from engine.runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams()
@@ -33,60 +33,28 @@ KINDS = {  # kernel name fragments -> part of a step
 }
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specchat bench steps", description=__doc__.splitlines()[0])
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--random", choices=sorted(PRESETS), help="random weights of this shape")
-    which.add_argument("--model", help="pack name, HF directory or GGUF file")
-    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
-    p.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--repeats", type=int, default=50, help="timed steps per figure (the median is kept)")
-    p.add_argument("--no-transformers", action="store_true", help="skip transformers' forward")
-    p.add_argument("--no-eager", action="store_true", help="skip the eager step")
-    p.add_argument("--json", metavar="FILE", help="also write the figures here")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="time the steps that compute every row alike whatever the step's length")
-    return p
-
-
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    if not torch.cuda.is_available():
-        raise EngineError("the step bench needs a CUDA GPU")
-    room = max(args.contexts) + 64
-    if args.random:
-        model = random_model(preset(args.random), device="cuda", dtype=torch.bfloat16, max_context=room,
-                             batch_invariant=args.batch_invariant)
-        name = f"{args.random}-shaped (random bf16)"
-    else:
-        from engine.loading.loader import load_model
-
-        model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room,
-                           batch_invariant=args.batch_invariant)
-        name = f"{model.name} (bf16)"
+def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[int], repeats: int,
+                  eager: bool = True, transformers: bool = True) -> dict:
+    """Every figure of the step bench for `model` (on CUDA, with room for max(contexts) + 64 tokens)."""
+    room = max(contexts) + 64
     for cache in (model.pool.k, model.pool.v):
         cache.normal_()  # never time on zeros
-    if args.batch_invariant:
-        name += ", batch-invariant steps"
     result = {"model": name, "date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name()}
     result["weight_bytes"] = weight_bytes(model)
     result["copy_gbps"] = copy_bandwidth() / 1e9
     result["floor_ms"] = result["weight_bytes"] / (result["copy_gbps"] * 1e9) * 1e3
-    result["steps"] = time_steps(model, args.contexts, args.lengths, args.repeats)
-    if not args.no_eager:
-        eager = Model(model.decoder, model.config, name=model.name, max_context=room, eager=True)
-        eager.pool.k.normal_()
-        eager.pool.v.normal_()
-        result["eager"] = time_eager(eager, args.contexts, [1, max(args.lengths)], max(5, args.repeats // 5))
-        del eager
-    result["linears_ms"] = {t: linears_graph_ms(model, t, args.repeats) for t in (1, max(args.lengths))}
-    result["parts"] = {t: step_parts(model, args.contexts[0], t) for t in (1, max(args.lengths))}
-    if not args.no_transformers:
-        result["transformers"] = time_transformers(model, args.contexts, args.lengths, 10)
-    print_report(result)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    result["steps"] = time_steps(model, contexts, lengths, repeats)
+    if eager:
+        eager_model = Model(model.decoder, model.config, name=model.name, max_context=room, eager=True)
+        eager_model.pool.k.normal_()
+        eager_model.pool.v.normal_()
+        result["eager"] = time_eager(eager_model, contexts, [1, max(lengths)], max(5, repeats // 5))
+        del eager_model
+    result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
+    result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
+    if transformers:
+        result["transformers"] = time_transformers(model, contexts, lengths, 10)
+    return result
 
 
 def weight_bytes(model: Model) -> int:
@@ -248,9 +216,7 @@ def hf_state(model: Model) -> dict[str, torch.Tensor]:
 
 
 def transformers_model(model: Model):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from engine.loading.gguf_convert import hf_config
+    from transformers import AutoConfig, AutoModelForCausalLM  # slow to import: only when timed
 
     fields = hf_config(model.config, str(model.dtype).removeprefix("torch."))
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
@@ -268,7 +234,7 @@ def transformers_model(model: Model):
 @torch.inference_mode()
 def time_transformers(model: Model, contexts, lengths, repeats: int) -> dict:
     """transformers' eager forward of t tokens after `context` cached ones (its DynamicCache)."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # slow to import: only when timed
 
     hf = transformers_model(model)
     rows = {}
@@ -288,30 +254,3 @@ def time_transformers(model: Model, contexts, lengths, repeats: int) -> dict:
     del hf
     torch.cuda.empty_cache()
     return rows
-
-
-def print_report(r: dict) -> None:
-    floor = r["floor_ms"]
-    print(f"\n{r['model']} on {r['device']}, {r['date']}")
-    print(f"weights {r['weight_bytes'] / 1e9:.2f} GB, copy {r['copy_gbps']:,.0f} GB/s -> floor {floor:.3f} ms")
-    head = f"{'context':>7} {'tokens':>6} {'graph ms':>9} {'x floor':>7} {'x decode':>8} {'host ms':>8}"
-    head += f" {'eager ms':>9} {'transformers ms':>15} {'x floor':>7}"
-    print(head)
-    for key, row in r["steps"].items():
-        context, t = key.split("/")
-        decode = r["steps"][f"{context}/1"]["graph_ms"]
-        eager = r.get("eager", {}).get(key)
-        hf = r.get("transformers", {}).get(key)
-        line = f"{context:>7} {t:>6} {row['graph_ms']:9.3f} {row['graph_ms'] / floor:7.2f}"
-        line += f" {row['graph_ms'] / decode:8.3f} {row['host_ms']:8.3f}"
-        line += f" {eager:9.3f}" if eager else f" {'':>9}"
-        line += f" {hf:15.2f} {hf / floor:7.1f}" if hf else ""
-        print(line)
-    for t, ms in r["linears_ms"].items():
-        print(f"cuBLAS linears alone, one graph, {t} token(s): {ms:.3f} ms = {ms / floor:.2f}x floor")
-    for t, p in r["parts"].items():
-        kinds = ", ".join(f"{k} {p[k]:.3f}" for k in (*KINDS, "rest", "gaps"))
-        print(f"{t}-token step at {next(iter(r['steps'])).split('/')[0]} context, ms: {kinds} "
-              f"(span {p['span']:.3f}, {p['kernels']:.0f} kernels)")
-    for t, p in r["parts"].items():
-        print(f"rest of the {t}-token step, ms:", "; ".join(f"{n} {ms:.4f}" for n, ms in p["rest_ms"].items()))

@@ -7,17 +7,27 @@ import argparse
 import contextlib
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
-BATCH_INVARIANT_HELP = (
-    "GPU: compute each token the same way in decode and verify steps, so bf16 replies with "
-    "speculation are plain decoding's exactly (slower decode steps)"
+import torch
+
+from engine import RANDOM_DRAFTER, EngineError, SamplingParams, check_k, load_model, load_proposer, offered
+from specchat.bench import report
+from specchat.bench.prompts import load_prompts, prompt_from_file
+from specchat.bench.runs import Case, best_k, execute, methods, our_jobs, planned_runs
+from specchat.bench.steps import add_steps_arguments
+from specchat.options import (
+    BATCH_INVARIANT_HELP,
+    add_need_options,
+    add_target_options,
+    proposer_options,
+    sources,
 )
+
+__all__ = ["add_bench_arguments", "add_compare_arguments", "add_steps_arguments", "bench", "compare"]
 
 DEFAULT_KS = [1, 2, 4, 7, 10, 15]
 COMPARE_KS = [2, 4, 8]
-RANDOM = "random"
 
 
 def add_common_arguments(
@@ -26,15 +36,8 @@ def add_common_arguments(
     p.add_argument(
         "--model", default="smollm2-135m", help="target: pack name, HF directory, GGUF file or hub id"
     )
-    p.add_argument("--draft", metavar="MODEL", help="draft model with the target's vocabulary")
-    p.add_argument(
-        "--dflash",
-        metavar="DRAFTER",
-        help=f"DFlash drafter directory or hub id (z-lab format); '{RANDOM}': random weights",
-    )
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
-    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    add_need_options(p)
+    add_target_options(p)
     p.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
     p.add_argument(
         "--threads",
@@ -117,48 +120,18 @@ def note(message: str) -> None:
 
 
 def load_models(args):
-    """Target, draft (or None), DFlash drafter (or None) and the DFlash rows' label."""
-    from engine import load_model
-    from engine.errors import EngineError
-
+    """The target and every proposer the options offer, loaded once (each makes its rows' proposers)."""
     if args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     target = load_model(
         args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note,
         batch_invariant=args.batch_invariant,
     )
-    draft = None
-    if args.draft:
-        draft = load_model(
-            args.draft,
-            device=str(target.device),
-            dtype=target.dtype,
-            max_context=args.max_context,
-            progress=note,
-        )
-    drafter, label = load_dflash(args.dflash, target) if args.dflash else (None, "DFlash")
-    return target, draft, drafter, label
-
-
-def load_dflash(source: str, target):
-    from engine.errors import EngineError
-
-    try:
-        from engine.speculation.proposers.dflash.proposer import load_drafter, write_random_drafter
-    except ImportError:
-        raise EngineError("this build has no DFlash proposer") from None
-    if source != RANDOM:
-        return load_drafter(source, target), "DFlash"
-    with tempfile.TemporaryDirectory(prefix="specchat-dflash-") as tmp:
-        return load_drafter(
-            str(write_random_drafter(Path(tmp) / "random-drafter", target)), target
-        ), "DFlash (random weights)"
+    options = proposer_options(args, note)
+    return target, [load_proposer(spec.name, target, options) for spec in offered(sources(args))]
 
 
 def check_settings(args) -> None:
-    from engine.errors import EngineError
-    from engine.speculation.proposers.base import check_k
-
     for k in args.k + (getattr(args, "peer_k", None) or []):
         check_k(k)
     if args.max_new_tokens < 2:
@@ -171,8 +144,6 @@ def check_settings(args) -> None:
 
 
 def sampling_params(args, sampled: bool):
-    from engine import SamplingParams
-
     if not sampled:
         return SamplingParams(max_tokens=args.max_new_tokens, seed=args.seed)
     return SamplingParams(
@@ -194,10 +165,6 @@ def samplings(args) -> dict:
 @contextlib.contextmanager
 def torch_threads(n: int | None):
     """Run with n CPU threads (None: torch's choice), then restore the count."""
-    import torch
-
-    from engine.errors import EngineError
-
     if n is not None and n < 1:
         raise EngineError(f"--threads must be at least 1, got {n}")
     before = torch.get_num_threads()
@@ -210,8 +177,6 @@ def torch_threads(n: int | None):
 
 
 def run_jobs(jobs, args) -> list[dict]:
-    from specchat.bench.runs import execute, planned_runs
-
     bar = ProgressBar(planned_runs(jobs, args.warmup, args.repeats))
     try:
         return execute(jobs, args.warmup, args.repeats, bar.tick)
@@ -221,9 +186,6 @@ def run_jobs(jobs, args) -> list[dict]:
 
 def bench(args, argv: list[str] | None = None) -> int:
     """The seed's results table for one target, ours and transformers' in the same run."""
-    from specchat.bench import report
-    from engine.errors import EngineError
-
     out = Path(args.out)
     if out.exists() and not out.is_dir():  # found before a long run, not after it
         raise EngineError(f"--out {args.out}: a file is there, not a folder")
@@ -246,23 +208,19 @@ def bench(args, argv: list[str] | None = None) -> int:
 
 
 def measure(args, argv: list[str] | None) -> dict:
-    from specchat.bench import report
-    from specchat.bench.prompts import load_prompts
-    from specchat.bench.runs import Case, best_k, methods, our_jobs
-
     check_settings(args)
     prompts = load_prompts(args.prompts)
-    target, draft, drafter, dflash_label = load_models(args)
+    target, loaded = load_models(args)
     modes = samplings(args)
     cases = [
         Case(p, name, s, target.encode_chat([{"role": "user", "content": p.text}]))
         for p in prompts
         for name, s in modes.items()
     ]
-    method_list = methods(args.k, draft, drafter, dflash_label)
+    method_list = methods(args.k, loaded)
     peer = None
     if not args.no_peers:
-        from specchat.bench.peers import TransformersPeer
+        from specchat.bench.peers import TransformersPeer  # loads transformers' models: only when asked
 
         note(f"loading {args.model} in transformers")
         peer = TransformersPeer(
@@ -283,7 +241,7 @@ def measure(args, argv: list[str] | None) -> dict:
             "model": args.model,
             "draft": args.draft,
             "dflash": args.dflash,
-            "dflash_label": dflash_label,
+            "labels": {p.name: p.label for p in loaded},
             "ks": args.k,
             "repeats": args.repeats,
             "warmup": args.warmup,
@@ -300,7 +258,7 @@ def measure(args, argv: list[str] | None) -> dict:
             }
             for p in prompts
         ],
-        "notes": notes(args, dflash_label),
+        "notes": notes(args),
         "rows": rows,
         "best": best_k(rows),
     }
@@ -325,14 +283,14 @@ def add_texts(rows: list[dict], tokenizer) -> None:
             r["text"] = tokenizer.decode(r["tokens"])
 
 
-def notes(args, dflash_label: str) -> list[str]:
+def notes(args) -> list[str]:
     out = []
     if args.draft and args.draft == args.model:
         out.append(
             "The draft model is the target itself: its rows show the cost of drafting and that the "
             "output is unchanged, not a useful speedup."
         )
-    if args.dflash == RANDOM:
+    if args.dflash == RANDOM_DRAFTER:
         out.append(
             "DFlash rows use a drafter with random weights: they show the path runs and what a drafter "
             "pass costs, not how well a trained drafter drafts."
@@ -342,13 +300,9 @@ def notes(args, dflash_label: str) -> list[str]:
 
 def compare(args) -> int:
     """Every available proposer at a few k on the user's prompt: one table, best k marked."""
-    from specchat.bench import report
-    from specchat.bench.prompts import prompt_from_file
-    from specchat.bench.runs import Case, methods, our_jobs
-
     check_settings(args)
     prompt = prompt_from_file(args.prompt_file)
-    target, draft, drafter, dflash_label = load_models(args)
+    target, loaded = load_models(args)
     if args.raw:
         ids = target.tokenizer.encode(prompt.text) if target.tokenizer is not None else []
     else:
@@ -356,6 +310,6 @@ def compare(args) -> int:
     sampled = args.temperature > 0
     case = Case(prompt, "sampled" if sampled else "greedy", sampling_params(args, sampled), ids)
     with torch_threads(args.threads):
-        rows = run_jobs(our_jobs(target, [case], methods(args.k, draft, drafter, dflash_label)), args)
+        rows = run_jobs(our_jobs(target, [case], methods(args.k, loaded)), args)
     print(report.compare_table(rows, len(ids)))
     return 0

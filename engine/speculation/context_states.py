@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from engine.runtime.attention import StepContext
 from engine.errors import EngineError
 from engine.runtime.kv_cache import SeqCache
+from engine.runtime.step_io import StepContext
 
 CHUNK = 256
 
 
 @torch.inference_mode()
-def recapture(model, seq: SeqCache, ids: list[int]) -> torch.Tensor:
-    """The states at model.capture_layers [len(ids), n * H] of ids, the first len(ids) tokens of seq."""
+def context_states(model, seq: SeqCache, ids: list[int]) -> torch.Tensor:
+    """The states at model.state_layers [len(ids), n * H] of ids, the first len(ids) tokens of seq."""
     assert len(ids) <= seq.length, (len(ids), seq.length)
     # chunks fit the free pages (truncating the scratch between chunks gives its pages back)
     n = min(CHUNK, model.pool.num_free * model.pool.page_size)
@@ -45,5 +45,5 @@ def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
     ctx = StepContext(model.pool, own.to(model.device), slots)
     positions = torch.arange(start, start + len(ids), device=model.device)
     tokens = torch.tensor(ids, dtype=torch.long, device=model.device)
-    _, captured = model.decoder(tokens, positions, ctx, capture=model.capture_layers)
-    return captured
+    _, states = model.decoder(tokens, positions, ctx, state_layers=model.state_layers)
+    return states
