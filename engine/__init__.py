@@ -5,6 +5,7 @@
     result = generate(model, ids, sampling=SamplingParams(), speculative=NgramProposer(k=4))
 """
 
+from engine.batch import BatchDecoder, Finished, generate_batch
 from engine.config import ModelConfig
 from engine.errors import EngineError
 from engine.loader import load_model
@@ -15,7 +16,7 @@ from engine.sampling import SamplingParams
 from engine.speculative import Generation, Result, Step, generate, stream
 
 __all__ = [
-    "DFlashProposer", "DraftProposer", "EngineError", "Generation", "Metrics", "Model", "ModelConfig",
-    "NgramProposer", "Proposer", "Result", "SamplingParams", "Step", "generate", "load_model", "random_model",
-    "stream",
+    "BatchDecoder", "DFlashProposer", "DraftProposer", "EngineError", "Finished", "Generation", "Metrics", "Model",
+    "ModelConfig", "NgramProposer", "Proposer", "Result", "SamplingParams", "Step", "generate", "generate_batch",
+    "load_model", "random_model", "stream",
 ]

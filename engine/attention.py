@@ -13,10 +13,14 @@ what lets a step be captured in a CUDA graph; it must match the reference.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.kv_cache import PagePool
+
+if TYPE_CHECKING:
+    from engine.batch_attention import BatchLayout
 
 MAX_DECODE_TOKENS = 16  # steps up to this many tokens use the paged kernel; longer ones, prefill
 
@@ -36,6 +40,9 @@ class StepContext:
     # torch: slot of position 0 when the context's slots are one consecutive run (its K/V are then
     # read as a view of the pool, not gathered)
     context_start: int | None = None
+    # a step over several sequences (engine/batch_attention.py): which sequence each token is of,
+    # and where each one's context lives
+    batch: BatchLayout | None = None
 
 
 def paged_attention(
@@ -49,6 +56,10 @@ def paged_attention(
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
     k_cache.index_copy_(0, ctx.slot_mapping, k)
     v_cache.index_copy_(0, ctx.slot_mapping, v)
+    if ctx.batch is not None:
+        from engine.batch_attention import per_sequence_attention
+
+        return per_sequence_attention(q, k_cache, v_cache, ctx.batch, ctx.causal, scale)
     if ctx.context_start is not None:
         run = slice(ctx.context_start, ctx.context_start + ctx.context_slots.shape[0])
         keys, values = k_cache[run], v_cache[run]
@@ -83,6 +94,10 @@ def reference_attention(
 def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch.Tensor:
     """Attention for the triton backend, the step's K/V already in the cache. [T, H, D]."""
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
+    if ctx.batch is not None:
+        from engine.batch_attention import batch_attend
+
+        return batch_attend(q, k_cache, v_cache, ctx, scale)
     if q.shape[0] <= MAX_DECODE_TOKENS:
         from engine.triton_attention import paged_decode_attention
 

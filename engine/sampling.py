@@ -56,16 +56,18 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def uniform(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
-    """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key."""
-    base = _mix(torch.full_like(positions, (seed ^ stream) & MASK32))
+def uniform(seed: int | torch.Tensor, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+    """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key.
+    seed: one for every row, or a tensor [T] of each row's own (a batch of sequences)."""
+    keys = (seed ^ stream) & MASK32
+    base = _mix(keys if isinstance(keys, torch.Tensor) else torch.full_like(positions, keys))
     row = _mix(base + positions * 0x9E3779B1)  # [T]
     cols = torch.arange(width, device=positions.device, dtype=torch.long)
     h = _mix(row[:, None] + cols[None, :] * 0x7FEB352D)
     return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
-def gumbel(seed: int, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+def gumbel(seed: int | torch.Tensor, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
     return -torch.log(-torch.log(uniform(seed, stream, positions, width)))
 
 
@@ -92,13 +94,16 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, stream: int = TOKEN
+    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, stream: int = TOKEN,
+    seeds: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long."""
+    """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long.
+    seeds [T]: each row's own seed in place of params.seed (rows of different sequences)."""
     if params.greedy:
         return logits.argmax(-1)
     scores = filtered(logits, params)
-    return (scores + gumbel(params.seed, stream, positions, scores.shape[-1])).argmax(-1)
+    seed = params.seed if seeds is None else seeds
+    return (scores + gumbel(seed, stream, positions, scores.shape[-1])).argmax(-1)
 
 
 def accept_tokens(
