@@ -1,4 +1,4 @@
-"""specchat command line: chat (default), run, bench, compare, pull."""
+"""specchat command line: chat (default), run, generate, bench, compare, pull."""
 
 from __future__ import annotations
 
@@ -49,6 +49,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt-file", help="read the user message from a file")
     run.add_argument("--system", default=None)
     run.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text to continue")
+    from specchat.cli_generate import add_generate_arguments
+
+    gen = sub.add_parser("generate", help="replies to a JSONL file of prompts, decoded in batches")
+    add_model_options(gen)
+    add_generate_arguments(gen)
     from specchat.cli_bench import add_bench_arguments, add_compare_arguments
 
     bench = sub.add_parser("bench", help="the results table: speculative vs plain decoding vs transformers")
@@ -76,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import run
 
             return run(args)
+        if args.command == "generate":
+            from specchat.cli_generate import generate
+
+            return generate(args)
         if args.command == "pull":
             from specchat.cli_run import pull
 
