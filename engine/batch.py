@@ -27,7 +27,7 @@ from engine.attention import StepContext
 from engine.batch_attention import BatchLayout
 from engine.errors import EngineError
 from engine.kv_cache import PagePool, SeqCache
-from engine.sampling import SamplingParams, sample
+from engine.sampling import SamplingParams, sample, sample_top_k
 
 PREFILL_TOKENS = 8192  # prompt tokens packed into one prefill forward
 
@@ -174,7 +174,7 @@ class BatchDecoder:
         # the token after the latest position p of each sequence is drawn with the noise of p + 1
         device = logits.device
         positions = torch.tensor([s.cache.length for s in seqs], device=device)
-        return sample(logits, positions, sampling, seeds=torch.tensor([s.seed for s in seqs], device=device))
+        return sample_rows(logits, positions, sampling, torch.tensor([s.seed for s in seqs], device=device))
 
     def _positions(self, seqs: list[Running], counts: list[int]) -> torch.Tensor:
         return torch.cat([torch.arange(s.cache.length - n, s.cache.length) for s, n in zip(seqs, counts)]
@@ -196,6 +196,16 @@ class BatchDecoder:
         contexts = None if decode else [s.cache.slots(0, s.cache.length).to(device) for s in seqs]
         return StepContext(pool, None, None, True, "triton", table.to(device), first.to(device),
                            batch=BatchLayout(rows.to(device), counts, contexts))
+
+
+def sample_rows(logits: torch.Tensor, positions: torch.Tensor, sampling: SamplingParams, seeds: torch.Tensor
+                ) -> torch.Tensor:
+    """Each row's token with its own seed. On CUDA, top-k settings sample among the k best only
+    (the same draws but at near-ties, see `sample_top_k`): a full-vocabulary sort and hash of
+    hundreds of rows would cost more than the step's model."""
+    if logits.is_cuda and sampling.top_k and not sampling.greedy and sampling.top_k < logits.shape[-1]:
+        return sample_top_k(logits, positions, sampling, seeds)
+    return sample(logits, positions, sampling, seeds=seeds)
 
 
 def generate_batch(

@@ -20,7 +20,7 @@ import torch
 from engine.attention import StepContext
 from engine.batch_attention import BatchLayout
 from engine.graphs import capture
-from engine.sampling import SamplingParams, sample
+from engine.sampling import SamplingParams
 
 LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -91,9 +91,11 @@ class BatchGraphs:
         self.host_table[first:end] = self.scratch_page
 
     def _body(self, size: int, sampling: SamplingParams) -> torch.Tensor:
+        from engine.batch import sample_rows
+
         decoder = self.model.decoder
         positions = self.positions[:size]
         ctx = StepContext(self.pool, None, None, True, "triton", self.table[:size], positions,
                           batch=BatchLayout(self.rows[:size]))
         logits = decoder.logits(decoder(self.ids[:size], positions, ctx))
-        return sample(logits, positions + 1, sampling, seeds=self.seeds[:size])
+        return sample_rows(logits, positions + 1, sampling, self.seeds[:size])

@@ -59,11 +59,15 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 def uniform(seed: int | torch.Tensor, stream: int, positions: torch.Tensor, width: int) -> torch.Tensor:
     """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key.
     seed: one for every row, or a tensor [T] of each row's own (a batch of sequences)."""
+    return uniform_at(seed, stream, positions, torch.arange(width, device=positions.device, dtype=torch.long))
+
+
+def uniform_at(seed: int | torch.Tensor, stream: int, positions: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`uniform` at chosen vocabulary indices only: cols [width] for every row or [T, width]."""
     keys = (seed ^ stream) & MASK32
     base = _mix(keys if isinstance(keys, torch.Tensor) else torch.full_like(positions, keys))
     row = _mix(base + positions * 0x9E3779B1)  # [T]
-    cols = torch.arange(width, device=positions.device, dtype=torch.long)
-    h = _mix(row[:, None] + cols[None, :] * 0x7FEB352D)
+    h = _mix(row[:, None] + cols * 0x7FEB352D)
     return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
@@ -104,6 +108,22 @@ def sample(
     scores = filtered(logits, params)
     seed = params.seed if seeds is None else seeds
     return (scores + gumbel(seed, stream, positions, scores.shape[-1])).argmax(-1)
+
+
+def sample_top_k(logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, seeds: torch.Tensor,
+                 stream: int = TOKEN) -> torch.Tensor:
+    """`sample` with top-k on, computed over the k best tokens instead of the whole vocabulary
+    (a batch of B rows would otherwise sort and hash B x V values each step). The noise of a
+    token is the same; top-p's sums run over k values instead of V, so the draw can differ
+    only where its cut falls at a near-tie of cumulative probability (or at exactly equal
+    k-th logits). Rows sample with their own seeds [T]."""
+    values, index = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1)  # best first
+    if params.top_p < 1.0:
+        probs = torch.softmax(values, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs
+        values = values.masked_fill(before >= params.top_p, float("-inf"))
+    noise = -torch.log(-torch.log(uniform_at(seeds, stream, positions, index)))
+    return index.gather(-1, (values + noise).argmax(-1, keepdim=True)).squeeze(-1)
 
 
 def accept_tokens(
