@@ -6,10 +6,12 @@
 
 This module is the engine's one door: front ends import only the names in `__all__`.
 The rooms behind it (docs/ARCHITECTURE.md): network/ (what a model computes), loading/ (files,
-packs, tokenizers), runtime/ (steps, KV cache, sampling, CUDA graphs), kernels/ (Triton),
+packs, tokenizers), runtime/ (steps, KV cache, sampling, CUDA graphs), batching/ (many sequences per step),
+kernels/ (Triton),
 speculation/ (the loop, metrics, the proposers and their registry).
 """
 
+from engine.batching.decode import BatchDecoder, Finished, generate_batch
 from engine.errors import EngineError
 from engine.limits import MAX_K, MAX_STEP, PAGE_SIZE
 from engine.loading.loader import DTYPES, load_model
@@ -41,9 +43,9 @@ from engine.speculation.registry import (
 
 __all__ = [
     "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
-    "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Generation", "LoadedProposer", "Metrics",
-    "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer", "ProposerOptions", "ProposerSpec",
-    "Result", "SamplingParams", "Step", "check_k", "ensure_pack", "find_spec", "generate", "load_drafter",
-    "load_model", "load_proposer", "missing", "offered", "preset", "profile_steps", "proposer_specs",
-    "random_model", "register", "stream", "unregister", "write_random_drafter",
+    "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
+    "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
+    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "check_k", "ensure_pack", "find_spec",
+    "generate", "generate_batch", "load_drafter", "load_model", "load_proposer", "missing", "offered", "preset",
+    "profile_steps", "proposer_specs", "random_model", "register", "stream", "unregister", "write_random_drafter",
 ]

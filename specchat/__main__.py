@@ -1,4 +1,4 @@
-"""specchat command line: chat (default), run, bench, compare, pull."""
+"""specchat command line: chat (default), run, generate, bench, compare, pull."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 
 from engine import EngineError
 from specchat.bench.cli import add_bench_arguments, add_compare_arguments, add_steps_arguments
+from specchat.cli_generate import add_generate_arguments, generate
 from specchat.options import add_model_arguments
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -30,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt-file", help="read the user message from a file")
     run.add_argument("--system", default=None)
     run.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text to continue")
+    gen = sub.add_parser("generate", help="replies to a JSONL file of prompts, decoded in batches")
+    add_model_arguments(gen, DEFAULT_MODEL, speculation=False)
+    add_generate_arguments(gen)
     bench = sub.add_parser("bench", help="benchmarks: table (the default), steps")
     kinds = bench.add_subparsers(dest="what")
     table = kinds.add_parser("table", help="the results table: speculative vs plain decoding vs transformers")
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import run
 
             return run(args)
+        if args.command == "generate":
+            return generate(args)
         if args.command == "pull":
             from specchat.cli_run import pull
 

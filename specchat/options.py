@@ -103,24 +103,29 @@ def proposer_from(args, target, progress=progress_line):
     return loaded.make(k)
 
 
-def add_model_arguments(p: argparse.ArgumentParser, default_model: str) -> None:
+def add_model_arguments(p: argparse.ArgumentParser, default_model: str, speculation: bool = True) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", default=default_model, help="pack name, HF directory, GGUF file or hub id")
     add_target_options(g)
     g.add_argument("--eager", action="store_true", help="no CUDA graphs (the target and a draft model)")
     g.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
-    s = p.add_argument_group("speculation")
-    add_proposer_option(s)
-    s.add_argument("--speculate", type=int, metavar="K", help="n-gram (prompt lookup) drafts, K per step")
-    add_need_options(s)
-    s.add_argument("-k", type=int, default=None, help="drafts per step (default: the proposer's own)")
-    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
+    if speculation:
+        add_speculation_arguments(p)
     a = p.add_argument_group("sampling")
     a.add_argument("--temperature", type=float, default=0.0)
     a.add_argument("--top-k", type=int, default=0)
     a.add_argument("--top-p", type=float, default=1.0)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--max-tokens", type=int, default=256)
+
+
+def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("speculation")
+    add_proposer_option(s)
+    s.add_argument("--speculate", type=int, metavar="K", help="n-gram (prompt lookup) drafts, K per step")
+    add_need_options(s)
+    s.add_argument("-k", type=int, default=None, help="drafts per step (default: the proposer's own)")
+    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
 
 
 BATCH_INVARIANT_HELP = (

@@ -1,6 +1,7 @@
 """Sampling: counter-based, so the token at a position depends only on (seed, position, logits)."""
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -69,3 +70,17 @@ def test_top_k_and_top_p_keep_the_right_tokens():
 def test_bad_sampling_values_are_clear_errors(bad):
     with pytest.raises(EngineError):
         SamplingParams(**bad)
+
+
+def test_sampling_among_the_top_k_draws_what_the_whole_vocabulary_draws():
+    from engine.runtime.sampling import sample_top_k
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 500, generator=gen) * 3
+    positions = torch.arange(100, 164)
+    seeds = torch.arange(64) * 7 + 1
+    for params in (SamplingParams(temperature=0.8, top_k=20), SamplingParams(temperature=1.2, top_k=50, top_p=0.7)):
+        rows = torch.stack([sample(logits[i : i + 1], positions[i : i + 1], replace(params, seed=int(seeds[i])))[0]
+                            for i in range(64)])
+        assert torch.equal(sample_top_k(logits, positions, params, seeds), rows)
+        assert torch.equal(sample(logits, positions, params, seeds=seeds), rows)

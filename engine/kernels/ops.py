@@ -81,8 +81,9 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 @triton.jit
 def _qk_rope_store(
     qkv_ptr, pos_ptr, inv_freq_ptr, qw_ptr, kw_ptr, q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr,
-    qkv_stride, eps,
+    rows_ptr, table_stride, qkv_stride, eps,
     H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, QK_NORM: tl.constexpr,
+    BATCHED: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -113,7 +114,10 @@ def _qk_rope_store(
         tl.store(out + D // 2 + half, o2)
     else:
         j = h - H
-        slot = tl.load(page_table_ptr + pos // PS) * PS + pos % PS
+        table = page_table_ptr
+        if BATCHED:  # the token's own sequence's row of the page table
+            table += tl.load(rows_ptr + t) * table_stride
+        slot = tl.load(table + pos // PS) * PS + pos % PS
         k_out = k_cache_ptr + (slot * KVH + j) * D
         tl.store(k_out + half, o1)
         tl.store(k_out + D // 2 + half, o2)
@@ -131,9 +135,10 @@ def qk_rope_store(
     eps: float,
     k_cache: torch.Tensor,  # [slots, KVH, D] one layer of the pool
     v_cache: torch.Tensor,
-    page_table: torch.Tensor,  # [pages] int64
+    page_table: torch.Tensor,  # [pages] int64, or [B, pages] with `rows`
     page_size: int,
     num_heads: int,
+    rows: torch.Tensor | None = None,  # [T] int64: the page-table row (sequence) of each token
 ) -> torch.Tensor:
     """RoPE'd (and q-normed) queries [T, H, D]; the step's keys and values go into the cache."""
     t = qkv.shape[0]
@@ -142,6 +147,8 @@ def qk_rope_store(
     norm = q_norm is not None
     _qk_rope_store[(t, num_heads + kvh)](
         qkv, positions, inv_freq, q_norm if norm else qkv, k_norm if norm else qkv, q, k_cache, v_cache,
-        page_table, qkv.stride(0), eps, H=num_heads, KVH=kvh, D=d, PS=page_size, QK_NORM=norm, num_warps=1,
+        page_table, page_table if rows is None else rows, page_table.stride(0) if rows is not None else 0,
+        qkv.stride(0), eps, H=num_heads, KVH=kvh, D=d, PS=page_size, QK_NORM=norm, BATCHED=rows is not None,
+        num_warps=1,
     )
     return q

@@ -115,6 +115,7 @@ class Attention(nn.Module):
             qkv, positions, inv_freq, self.q_norm.weight if norm else None,
             self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
+            None if ctx.batch is None else ctx.batch.rows,
         )
         out = attend(q, self.layer, ctx, self.scale).reshape(t, self.q_size)
         # its one reader, the residual add in DecoderLayer.fused_forward, takes split partials

@@ -5,7 +5,7 @@ whole context lives (context_slots), so `Decoder.forward(ids, positions, ctx)` s
 The torch path reads the context's K/V through the page table (a view of the pool when the
 sequence's pages are consecutive, a gather otherwise) into torch's fused attention;
 `reference_attention` spells the same function out, for the kernels' tests.
-With backend "triton" (CUDA) the layer writes K/V itself (engine/triton_ops.qk_rope_store) and
+With backend "triton" (CUDA) the layer writes K/V itself (engine/kernels/ops.qk_rope_store) and
 `attend` reads them in place through a device page table (engine/triton_attention), which is
 what lets a step be captured in a CUDA graph; it must match the reference.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine.limits import MAX_STEP
-from engine.runtime.step_io import StepContext
+from engine.runtime.step_io import BatchLayout, StepContext
 
 
 def paged_attention(
@@ -29,6 +29,8 @@ def paged_attention(
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
     k_cache.index_copy_(0, ctx.slot_mapping, k)
     v_cache.index_copy_(0, ctx.slot_mapping, v)
+    if ctx.batch is not None:
+        return per_sequence_attention(q, k_cache, v_cache, ctx.batch, ctx.causal, scale)
     if ctx.context_start is not None:
         run = slice(ctx.context_start, ctx.context_start + ctx.context_slots.shape[0])
         keys, values = k_cache[run], v_cache[run]
@@ -63,6 +65,8 @@ def reference_attention(
 def attend(q: torch.Tensor, layer: int, ctx: StepContext, scale: float) -> torch.Tensor:
     """Attention for the triton backend, the step's K/V already in the cache. [T, H, D]."""
     k_cache, v_cache = ctx.pool.k[layer], ctx.pool.v[layer]
+    if ctx.batch is not None:
+        return batch_attend(q, k_cache, v_cache, ctx, scale)
     if q.shape[0] <= MAX_STEP:
         from engine.kernels.attention import paged_decode_attention
 
@@ -95,3 +99,29 @@ def fused_attention(
         is_causal=causal and t == n, scale=scale, enable_gqa=grouped,
     )
     return out[0].transpose(0, 1)
+
+
+def per_sequence_attention(
+    q: torch.Tensor,  # [T, H, D], each sequence's queries in turn, the last of its context
+    k_cache: torch.Tensor,  # [slots, KVH, D] one layer of the pool, this step's K/V written
+    v_cache: torch.Tensor,
+    batch: BatchLayout,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    counts = batch.queries or [1] * len(batch.contexts)
+    out, first = [], 0
+    for n, slots in zip(counts, batch.contexts, strict=True):
+        out.append(fused_attention(q[first : first + n], k_cache[slots], v_cache[slots], causal, scale))
+        first += n
+    return torch.cat(out)
+
+
+def batch_attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: StepContext,
+                 scale: float) -> torch.Tensor:
+    """The triton backend's batched attention, the step's K/V already in the cache. [T, H, D]."""
+    if ctx.batch.contexts is not None:
+        return per_sequence_attention(q, k_cache, v_cache, ctx.batch, ctx.causal, scale)
+    from engine.kernels.batch_attention import batch_decode_attention  # Triton: CUDA only
+
+    return batch_decode_attention(q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale)

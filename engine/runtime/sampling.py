@@ -56,16 +56,22 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def uniform(seed: int, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
-    """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key."""
-    base = _mix(torch.full_like(positions, (seed ^ noise) & MASK32))
+def uniform(seed: int | torch.Tensor, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+    """u in (0, 1) for every (position, index < width): [T, width], a pure function of its key.
+    seed: one for every row, or a tensor [T] of each row's own (a batch of sequences)."""
+    return uniform_at(seed, noise, positions, torch.arange(width, device=positions.device, dtype=torch.long))
+
+
+def uniform_at(seed: int | torch.Tensor, noise: int, positions: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`uniform` at chosen vocabulary indices only: cols [width] for every row or [T, width]."""
+    keys = (seed ^ noise) & MASK32
+    base = _mix(keys if isinstance(keys, torch.Tensor) else torch.full_like(positions, keys))
     row = _mix(base + positions * 0x9E3779B1)  # [T]
-    cols = torch.arange(width, device=positions.device, dtype=torch.long)
-    h = _mix(row[:, None] + cols[None, :] * 0x7FEB352D)
+    h = _mix(row[:, None] + cols * 0x7FEB352D)
     return ((h >> 8).float() + 0.5) * (1.0 / (1 << 24))
 
 
-def gumbel(seed: int, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
+def gumbel(seed: int | torch.Tensor, noise: int, positions: torch.Tensor, width: int) -> torch.Tensor:
     return -torch.log(-torch.log(uniform(seed, noise, positions, width)))
 
 
@@ -92,13 +98,32 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def sample(
-    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, noise: int = TOKEN
+    logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, noise: int = TOKEN,
+    seeds: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long."""
+    """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long.
+    seeds [T]: each row's own seed in place of params.seed (rows of different sequences)."""
     if params.greedy:
         return logits.argmax(-1)
     scores = filtered(logits, params)
-    return (scores + gumbel(params.seed, noise, positions, scores.shape[-1])).argmax(-1)
+    seed = params.seed if seeds is None else seeds
+    return (scores + gumbel(seed, noise, positions, scores.shape[-1])).argmax(-1)
+
+
+def sample_top_k(logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, seeds: torch.Tensor,
+                 noise: int = TOKEN) -> torch.Tensor:
+    """`sample` with top-k on, computed over the k best tokens instead of the whole vocabulary
+    (a batch of B rows would otherwise sort and hash B x V values each step). The noise of a
+    token is the same; top-p's sums run over k values instead of V, so the draw can differ
+    only where its cut falls at a near-tie of cumulative probability (or at exactly equal
+    k-th logits). Rows sample with their own seeds [T]."""
+    values, index = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1)  # best first
+    if params.top_p < 1.0:
+        probs = torch.softmax(values, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs
+        values = values.masked_fill(before >= params.top_p, float("-inf"))
+    drawn = -torch.log(-torch.log(uniform_at(seeds, noise, positions, index)))
+    return index.gather(-1, (values + drawn).argmax(-1, keepdim=True)).squeeze(-1)
 
 
 def accept_tokens(
@@ -122,3 +147,13 @@ def accept_tokens(
     noise = gumbel(params.seed, RESIDUAL, positions, residual.shape[-1])
     corrections = (torch.log(residual) + noise).argmax(-1)
     return torch.cat([torch.where(accepted, drafts, corrections), bonus.view(1)])
+
+
+def sample_rows(logits: torch.Tensor, positions: torch.Tensor, sampling: SamplingParams, seeds: torch.Tensor
+                ) -> torch.Tensor:
+    """Each row's token with its own seed. On CUDA, top-k settings sample among the k best only
+    (the same draws but at near-ties, see `sample_top_k`): a full-vocabulary sort and hash of
+    hundreds of rows would cost more than the step's model."""
+    if logits.is_cuda and sampling.top_k and not sampling.greedy and sampling.top_k < logits.shape[-1]:
+        return sample_top_k(logits, positions, sampling, seeds)
+    return sample(logits, positions, sampling, seeds=seeds)

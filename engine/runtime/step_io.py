@@ -11,6 +11,15 @@ from engine.runtime.kv_cache import PagePool
 
 
 @dataclass
+class BatchLayout:
+    rows: torch.Tensor | None  # [T] int64 on the device: the page-table row (sequence) of each token
+    queries: list[int] | None = None  # tokens of each sequence in the step, in order (None: one each)
+    # each sequence's context slots, positions 0..L-1 (None on CUDA decode: the kernel reads the
+    # page table and ctx.start, each sequence's position)
+    contexts: list[torch.Tensor] | None = None
+
+
+@dataclass
 class StepContext:
     pool: PagePool
     slot_mapping: torch.Tensor | None  # [T] pool slots this step's K/V are written to
@@ -25,6 +34,9 @@ class StepContext:
     # torch: slot of position 0 when the context's slots are one consecutive run (its K/V are then
     # read as a view of the pool, not gathered)
     context_start: int | None = None
+    # a step over several sequences (batched decoding): which sequence each token is of, and
+    # where each one's context lives
+    batch: BatchLayout | None = None
 
 
 @dataclass

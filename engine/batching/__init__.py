@@ -1,0 +1,1 @@
+"""Batched decoding: many sequences per step, for data generation and offline jobs."""
