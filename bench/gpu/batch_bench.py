@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 
 from engine import BatchDecoder, SamplingParams, load_model
-from engine.runtime.profile import transformers_model
+from engine.profile import transformers_model
 
 SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.8, seed=1)
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine, after `gpu-stage` chunks of the Coder-1.5B GGUF and the wheels sit in
+# /root/stage (see bench/gpu/stage_coder.sh). One subcommand per call:
+#   setup    join and check the GGUF, convert it once as `specchat pull` does
+#   tests    the CUDA tests (kernels, graphs, DFlash, batched decoding)
+#   steps-ab the step bench on this tree and on an older one (.oldtree, carried), alternating,
+#            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
+#   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
+set -uo pipefail
+export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT" && OUT=$(realpath "$OUT")
+python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl 2>/dev/null
+export PYTHONPATH=/tmp/site:.
+name=qwen2.5-coder-1.5b
+file=$name-instruct-q4_k_m.gguf
+case "$1" in
+setup)
+  mkdir -p "$SPECCHAT_CACHE/$name"
+  if ls /root/stage/$file.part* >/dev/null 2>&1; then
+    cat /root/stage/$file.part* > "$SPECCHAT_CACHE/$name/$file" && rm /root/stage/$file.part*
+  fi
+  sha256sum "$SPECCHAT_CACHE/$name/$file"
+  SECONDS=0
+  python3 -m specchat pull $name 2>&1 | tail -1
+  echo "converted in $SECONDS s"
+  ;;
+tests)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
+  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 4 tests/test_cuda_graphs.py \
+    tests/test_dflash_cuda.py tests/test_batch_cuda.py 2>&1 | grep -v "Warn\|warn" | tail -15
+  ;;
+steps-ab)
+  opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
+  for round in 1 2; do
+    for shape in "--random qwen3-4b" "--model $name"; do
+      tag=$(echo "$shape" | awk '{print $2}')
+      timeout 120 python3 -m specchat bench steps $shape $opts --json "$OUT/new-$tag-$round.json" 2>&1 \
+        | grep -E "^ *1024 " | sed "s/^/new $tag: /"
+      (cd .oldtree && PYTHONPATH=/tmp/site:. timeout 120 python3 -m specchat bench steps $shape $opts \
+        --json "$OUT/old-$tag-$round.json" 2>&1 | grep -E "^ *1024 " | sed "s/^/old $tag: /")
+    done
+  done
+  ;;
+batch)
+  timeout 560 python3 bench/gpu/batch_bench.py $name --batch 16 64 128 256 --hf-batch 64 256 2>&1 \
+    | grep -v "Warn\|warn" | tee "$OUT/batch.txt"
+  ;;
+esac
