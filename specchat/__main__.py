@@ -52,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
     from specchat.cli_bench import add_bench_arguments, add_compare_arguments
 
     bench = sub.add_parser("bench", help="the results table: speculative vs plain decoding vs transformers")
-    bench.add_argument("what", nargs="?", default="table", choices=["table", "steps"],
-                       help="table (the default) or steps (the step-time bench)")
+    bench.add_argument("what", nargs="?", default="table", choices=["table", "steps", "chat"],
+                       help="table (the default), steps (the step-time bench) or chat (engine vs screen)")
     add_bench_arguments(bench)
     compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
     add_compare_arguments(compare)
@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["chat", *argv]
     if argv[:2] == ["bench", "steps"]:  # the step-time bench parses its own options
         return bench_steps(argv[2:])
+    if argv[:2] == ["bench", "chat"]:  # so does the chat's display bench
+        from specchat.bench_chat import main as bench_chat
+
+        return bench_chat(argv[2:])
     args = parser().parse_args(argv)
     try:
         if args.command == "run":

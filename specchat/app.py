@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -15,6 +16,7 @@ from textual.widgets import Footer, Header, Input
 
 from engine import EngineError, Generation
 from specchat.feed import StepFeed
+from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
 from specchat.session import PROPOSERS, ChatSession, clamp_k
 from specchat.settings import ChatRecord, Settings
@@ -30,7 +32,6 @@ WELCOME = (
     "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all."
 )
 NARROW = 96  # below this many columns the panel hides until asked for
-FRAME_S = 1 / 60  # how often a reply being written takes the engine's new steps onto the screen
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 
 
@@ -66,7 +67,8 @@ class SpecChat(App):
         self.loading_proposer = ""  # a draft model or drafter loading in the background
         self.gen: Generation | None = None
         self.feed: StepFeed | None = None  # the steps of the reply being written
-        self.frames = None  # the timer that shows them while it is written
+        self.frames = None  # the timer of the next frame that shows them
+        self.switch_s = sys.getswitchinterval()
         self.panel_at = 0.0  # when the panel was last redrawn
         self.panel_stale = False  # steps have come since
         self.clock = time.perf_counter  # of the rate the user saw (a test fixes it for a stable screen)
@@ -252,7 +254,7 @@ class SpecChat(App):
         self.reply_id += 1
         self.gen = gen
         self.feed = StepFeed(self.reply_id)
-        self.frames = self.set_interval(FRAME_S, self.show_steps)
+        self.start_frames()
         self.run_engine(gen, self.feed)
         self.refresh_bindings()  # esc can stop something now
         self.show_panel()
@@ -260,6 +262,17 @@ class SpecChat(App):
     @work(thread=True, exit_on_error=False, group="engine")
     def run_engine(self, gen: Generation, feed: StepFeed) -> None:
         self.session.run_reply(gen, feed, self.post_message)
+
+    def start_frames(self) -> None:
+        """Draw the reply's new steps frame by frame; the engine thread gets the GIL back sooner."""
+        sys.setswitchinterval(SWITCH_S)
+        pacer = FramePacer()
+
+        def frame() -> None:
+            self.show_steps()
+            self.frames = self.set_timer(pacer.next_frame_s(), frame)
+
+        self.frames = self.set_timer(pacer.fastest, frame)
 
     def show_steps(self) -> None:
         """Every step since the last frame onto the screen at once; the panel at its own pace."""
@@ -278,6 +291,7 @@ class SpecChat(App):
     def stop_frames(self) -> None:
         if self.frames is not None:
             self.frames.stop()
+            sys.setswitchinterval(self.switch_s)
         self.frames = self.feed = None
 
     @on(ReplyDone)
