@@ -22,9 +22,9 @@ import tempfile
 import textwrap
 import threading
 import time
-from argparse import Namespace
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 
 from engine import EngineError, SamplingParams
 from specchat.feed import StepFeed
@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
         print("specchat: --max-new-tokens must be at least 2 and --repeats at least 1", file=sys.stderr)
         return 1
     try:
-        text = open(args.prompt_file, encoding="utf-8").read() if args.prompt_file else edit_prompt()
+        text = Path(args.prompt_file).read_text(encoding="utf-8") if args.prompt_file else edit_prompt()
     except (OSError, UnicodeDecodeError) as err:
         print(f"specchat: cannot read the prompt {args.prompt_file!r}: {err}", file=sys.stderr)
         return 1

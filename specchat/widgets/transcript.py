@@ -6,7 +6,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Label, LoadingIndicator, Static
 
-
 # One style per origin of a token: a theme colour, and a cue that survives without colour.
 STYLES = {
     "accepted": "$text-success underline",  # a draft the model agreed with
