@@ -245,7 +245,7 @@ def time_transformers(model: Model, contexts, lengths, repeats: int) -> dict:
         for t in lengths:
             ids = torch.randint(0, model.config.vocab_size, (1, t), device="cuda")
 
-            def forward():
+            def forward(hf=hf, ids=ids, cache=cache, context=context):
                 hf(input_ids=ids, past_key_values=cache, use_cache=True).logits.argmax(-1).tolist()
                 cache.crop(context)
 

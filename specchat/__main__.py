@@ -6,12 +6,13 @@ import argparse
 import sys
 
 from engine import EngineError
+from specchat.bench.chat_options import add_chat_arguments
 from specchat.bench.cli import add_bench_arguments, add_compare_arguments, add_steps_arguments
 from specchat.cli_generate import add_generate_arguments, generate
 from specchat.options import add_model_arguments
 
 DEFAULT_MODEL = "smollm2-135m"
-BENCHES = ("table", "steps")
+BENCHES = ("table", "steps", "chat")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,12 +35,14 @@ def parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="replies to a JSONL file of prompts, decoded in batches")
     add_model_arguments(gen, DEFAULT_MODEL, speculation=False)
     add_generate_arguments(gen)
-    bench = sub.add_parser("bench", help="benchmarks: table (the default), steps")
+    bench = sub.add_parser("bench", help="benchmarks: table (the default), steps, chat")
     kinds = bench.add_subparsers(dest="what")
     table = kinds.add_parser("table", help="the results table: speculative vs plain decoding vs transformers")
     add_bench_arguments(table)
     steps = kinds.add_parser("steps", help="how long one decode or verify step takes, next to what bounds it")
     add_steps_arguments(steps)
+    chat_bench = kinds.add_parser("chat", help="the chat app driven headless: engine alone against the screen")
+    add_chat_arguments(chat_bench)
     compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
     add_compare_arguments(compare)
     pull = sub.add_parser("pull", help="fetch and assemble an offline model pack ahead of use")
@@ -66,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             from specchat.cli_run import pull
 
             return pull(args)
+        if args.command == "bench" and args.what == "chat":
+            from specchat.bench.chat import bench_chat  # the app: textual, only when asked
+
+            return bench_chat(args)
         if args.command == "bench" and args.what == "steps":
             from specchat.bench.steps import bench_steps
 

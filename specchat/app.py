@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -13,7 +15,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Header, Input
 
 from engine import EngineError, Generation, find_spec
-from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone, StepDone
+from specchat.feed import StepFeed
+from specchat.frames import SWITCH_S, FramePacer
+from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
 from specchat.options import chosen_proposer
 from specchat.session import ChatSession, chat_name, clamp_k
 from specchat.settings import ChatRecord, Settings
@@ -29,10 +33,12 @@ WELCOME = (
     "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all."
 )
 NARROW = 96  # below this many columns the panel hides until asked for
+PANEL_S = 1 / 15  # how often the panel's figures follow them
 
 
 class SpecChat(App):
-    """The chat. The engine runs in one worker thread that posts a message per step."""
+    """The chat. The engine runs in one worker thread that puts each step into a StepFeed; the
+    app takes what is new once per frame, and the panel follows at a slower, steady rate."""
 
     CSS_PATH = "specchat.tcss"
     TITLE = "specchat"
@@ -61,6 +67,12 @@ class SpecChat(App):
         self.proposer_name = "off"  # what the next step drafts with
         self.loading_proposer = ""  # a draft model or drafter loading in the background
         self.gen: Generation | None = None
+        self.feed: StepFeed | None = None  # the steps of the reply being written
+        self.frames = None  # the timer of the next frame that shows them
+        self.switch_s = sys.getswitchinterval()
+        self.panel_at = 0.0  # when the panel was last redrawn
+        self.panel_stale = False  # steps have come since
+        self.clock = time.perf_counter  # of the rate the user saw (a test fixes it for a stable screen)
         self.reply_id = 0
         self.reply: ReplyView | None = None
         self.panel_forced: bool | None = None  # ctrl+b's choice; None: by the terminal's width
@@ -102,6 +114,7 @@ class SpecChat(App):
         self.panel.display = wide if self.panel_forced is None else self.panel_forced
 
     def show_panel(self) -> None:
+        self.panel_at, self.panel_stale = time.perf_counter(), False
         self.panel.show(self.stats, self.proposer_name, self.settings.k, self.loading_proposer)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -238,34 +251,71 @@ class SpecChat(App):
         self.save_record()
         self.chat.add_user(text)
         self.reply = self.chat.add_reply(self.settings.teaching)
-        self.stats.new_reply()
+        self.stats.new_reply(started=self.clock())
         self.reply_id += 1
         self.gen = gen
-        self.run_engine(self.reply_id, gen)
+        self.feed = StepFeed(self.reply_id)
+        self.start_frames()
+        self.run_engine(gen, self.feed)
         self.refresh_bindings()  # esc can stop something now
         self.show_panel()
 
     @work(thread=True, exit_on_error=False, group="engine")
-    def run_engine(self, reply: int, gen: Generation) -> None:
-        self.session.run_reply(reply, gen, self.post_message)
+    def run_engine(self, gen: Generation, feed: StepFeed) -> None:
+        self.session.run_reply(gen, feed, self.post_message)
 
-    @on(StepDone)
-    def step_done(self, message: StepDone) -> None:
-        if message.reply != self.reply_id or self.reply is None:
-            return  # a step of a chat that was cleared
-        self.reply.add_step(message.step, message.pieces, message.refused)
-        self.stats.add(message.step)
-        self.show_panel()
+    def start_frames(self) -> None:
+        """Draw the reply's new steps frame by frame; the engine thread gets the GIL back sooner."""
+        sys.setswitchinterval(SWITCH_S)
+        pacer = FramePacer()
+
+        def frame() -> None:
+            self.show_steps()
+            self.frames = self.set_timer(pacer.next_frame_s(), frame)
+
+        self.frames = self.set_timer(pacer.fastest, frame)
+
+    def show_steps(self) -> None:
+        """Every step since the last frame onto the screen at once; the panel at its own pace."""
+        if self.feed is None or self.reply is None:
+            return
+        shown = self.feed.take()
+        if shown:
+            self.reply.add([piece for s in shown for piece in s.pieces])
+            for s in shown:
+                self.stats.add(s.step)
+            self.stats.shown(self.clock())
+            self.panel_stale = True
+        if self.panel_stale and time.perf_counter() - self.panel_at >= PANEL_S:
+            self.show_panel()
+
+    def stop_frames(self) -> None:
+        if self.frames is not None:
+            self.frames.stop()
+            sys.setswitchinterval(self.switch_s)
+        self.frames = self.feed = None
 
     @on(ReplyDone)
     def reply_done(self, message: ReplyDone) -> None:
         self.gen = None
         self.refresh_bindings()
         if message.reply == self.reply_id:
+            self.show_steps()
             self.end_reply(message.finished, message.error)
+            self.show_panel()
+
+    def reply_seen(self, reply_id: int, reply: ReplyView, status: str) -> None:
+        """The reply's last token is on the screen: say how fast it came, beside the engine's rate."""
+        if reply_id != self.reply_id or self.gen is not None:
+            return  # a new chat or a new reply began in between: these stats are no longer its
+        self.stats.shown(self.clock(), final=True)
+        reply.finish(f"{status} · {seen_summary(self.stats)}")
+        self.show_panel()
 
     def end_reply(self, finished: str, error: str = "") -> None:
         """Close the reply being written: into the record (unless it failed), and onto disk."""
+        self.show_steps()
+        self.stop_frames()
         reply, m = self.reply, self.stats.reply
         if reply is None:
             return
@@ -274,11 +324,13 @@ class SpecChat(App):
             reply.finish(f"error: {error}")
         else:
             summary = f"{m.tokens + 1} tokens · {m.mean_acceptance_length:.2f} tokens/step · "
-            summary += f"{m.tokens_per_second:.1f} tok/s"
+            summary += f"decode {m.tokens_per_second:.1f} tok/s"
             self.record.messages.append(
                 {"role": "assistant", "content": reply.text, "finished": finished, "stats": summary}
             )
-            reply.finish(f"{'stopped' if finished == 'cancelled' else finished} · {summary}")
+            status = f"{'stopped' if finished == 'cancelled' else finished} · {summary}"
+            reply.finish(status)
+            self.call_after_refresh(self.reply_seen, self.reply_id, reply, status)
         self.reply = None
         self.save_record()
 
@@ -364,6 +416,16 @@ class SpecChat(App):
             self.record.save()
         except OSError as err:
             self.notify(f"cannot save the transcript: {err.strerror}", severity="error")
+
+
+def seen_summary(stats: Stats) -> str:
+    """The rate the user saw, and where the time went that the engine's decode rate leaves out."""
+    m, seen = stats.reply, stats.seen_s
+    other = max(seen - m.prefill_s - m.decode_s, 0.0)
+    return (
+        f"on screen {stats.emitted / seen if seen else 0:.1f} tok/s over {seen:.2f} s from enter "
+        f"(prefill {m.prefill_s:.2f} s, decoding {m.decode_s:.2f} s, display and host {other:.2f} s)"
+    )
 
 
 def one_line(err: Exception) -> str:

@@ -36,11 +36,11 @@ def run(args) -> int:
         ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
     print(file=sys.stderr)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
-    detok = Detokenizer(model.tokenizer.decode, model.stop_ids())
+    detok = Detokenizer(model.tokenizer.decode, set(model.stop_ids()), getattr(model.tokenizer, "batch_decode", None))
     started = time.perf_counter()
     try:
         for step in gen:
-            print("".join(detok.add(t) for t in step.tokens), end="", flush=True)
+            print("".join(detok.add(step.tokens)), end="", flush=True)
     except KeyboardInterrupt:
         print("\n[cancelled]", file=sys.stderr)
     print()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from engine import Proposer, Step
+from engine import Proposer
 
 
 @dataclass
@@ -37,17 +37,9 @@ class ProposerReady(Message):
 
 
 @dataclass
-class StepDone(Message):
-    """One engine step of a reply, with the text of each emitted token already decoded."""
-
-    reply: int  # which reply it belongs to
-    step: Step
-    pieces: list[str]  # text of step.tokens[i] ("" while a multi-byte character is incomplete)
-    refused: str  # text of the refused drafts, for the teaching view
-
-
-@dataclass
 class ReplyDone(Message):
+    """A reply's engine thread has put its last step into the reply's StepFeed."""
+
     reply: int
     finished: str  # "stop", "length", "cancelled" or "error"
     error: str = ""

@@ -21,7 +21,8 @@ from engine import (
     offered,
     stream,
 )
-from specchat.messages import ReplyDone, StepDone
+from specchat.feed import StepFeed, shown_step
+from specchat.messages import ReplyDone
 from specchat.options import load_target, proposer_options, sources
 
 Post = Callable[[object], object]
@@ -94,22 +95,22 @@ class ChatSession:
         return self.model.tokenizer.decode(ids)
 
     def detokenizer(self) -> Detokenizer:
-        return Detokenizer(self.decode, set(self.model.stop_ids()))
+        batch = getattr(self.model.tokenizer, "batch_decode", None)
+        return Detokenizer(self.decode, set(self.model.stop_ids()), batch)
 
-    def run_reply(self, reply: int, gen: Generation, post: Post) -> None:
-        """Run a reply to its end, posting one StepDone per step, then ReplyDone."""
+    def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
+        """Run a reply to its end, putting each step's text into `feed`, then post ReplyDone."""
         detok = self.detokenizer()
         finished = "stop"
         try:
             for step in gen:
-                pieces = [detok.add(t) for t in step.tokens]
-                refused = self.decode(step.rejected) if step.rejected else ""
-                post(StepDone(reply, step, pieces, refused))
+                refused = self.decode(step.rejected) if step.kind == "correction" and step.rejected else ""
+                feed.put(shown_step(step, detok.add(step.tokens), refused))
                 finished = step.finished or finished
         except EngineError as err:
-            post(ReplyDone(reply, "error", str(err)))
+            post(ReplyDone(feed.reply, "error", str(err)))
             return
         except Exception as err:  # noqa: BLE001 - the chat outlives any engine failure
-            post(ReplyDone(reply, "error", f"{type(err).__name__}: {err}"))
+            post(ReplyDone(feed.reply, "error", f"{type(err).__name__}: {err}"))
             return
-        post(ReplyDone(reply, finished))
+        post(ReplyDone(feed.reply, finished))

@@ -5,32 +5,47 @@ from __future__ import annotations
 import os
 
 from engine import Detokenizer, NgramProposer, Step
-from specchat.messages import ReplyDone, StepDone
+from specchat.feed import StepFeed
+from specchat.messages import ReplyDone
 from specchat.settings import ChatRecord, Settings, config_dir
 from specchat.widgets.panel import Stats
 from tests.scripted import WORDS, ScriptedSession
 
 
-def test_a_reply_runs_as_one_message_per_step_then_reply_done():
+def test_a_reply_runs_into_its_feed_step_by_step_then_posts_reply_done():
     session = ScriptedSession(accepts=[2])
     session.load(print)
-    posted = []
-    session.run_reply(7, session.stream([1], None, NgramProposer(k=3)), posted.append)
-    steps = [m for m in posted if isinstance(m, StepDone)]
-    assert isinstance(posted[-1], ReplyDone) and posted[-1].finished == "stop"
+    feed, posted = StepFeed(7), []
+    session.run_reply(session.stream([1], None, NgramProposer(k=3)), feed, posted.append)
+    steps = feed.take()
+    assert posted == [ReplyDone(7, "stop")]
     assert [s.step.kind for s in steps[1:3]] == ["correction", "correction"]
-    assert "".join(p for s in steps for p in s.pieces) == "".join(WORDS)
-    assert steps[1].refused == " cat"  # the draft refused at the correction
+    assert "".join(t for s in steps for t, kind in s.pieces if kind != "refused") == "".join(WORDS)
+    assert steps[1].pieces == [(WORDS[1], "accepted"), (WORDS[2], "accepted"), (WORDS[3], "correction"),
+                               (" cat", "refused")]  # the draft refused at the correction comes last
+    assert feed.take() == []  # taken once
+
+
+CAFE = {1: b"caf", 2: b"\xc3", 3: b"\xa9", 4: b"!", 5: b" \xe2\x9c", 6: b"\x93"}  # "café! ✓", é and ✓ split
+
+
+def cafe(ids):
+    return b"".join(CAFE[i] for i in ids).decode("utf-8", errors="replace")
 
 
 def test_detokenizer_holds_back_a_split_character_until_it_is_complete():
-    pieces = {1: b"caf", 2: b"\xc3", 3: b"\xa9", 4: b"!"}  # "café!" with é split over two tokens
+    detok = Detokenizer(cafe, skip={9})
+    assert [detok.add([t]) for t in (1, 2, 3, 4, 9)] == [["caf"], [""], ["é"], ["!"], [""]]
 
-    def decode(ids):
-        return b"".join(pieces[i] for i in ids).decode("utf-8", errors="replace")
 
-    detok = Detokenizer(decode, skip={9})
-    assert [detok.add(t) for t in (1, 2, 3, 4, 9)] == ["caf", "", "é", "!", ""]
+def test_detokenizer_gives_a_whole_step_the_same_pieces_as_token_by_token():
+    one_by_one = Detokenizer(cafe, skip={9})
+    expected = [piece for t in (1, 2, 3, 4, 5, 6, 9) for piece in one_by_one.add([t])]
+    batches = []
+    detok = Detokenizer(cafe, skip={9}, decode_batch=lambda windows: batches.append(windows) or
+                        [cafe(w) for w in windows])
+    assert detok.add([1, 2]) + detok.add([3, 4, 5]) + detok.add([6, 9]) == expected
+    assert len(batches) == 3  # one call into the tokenizer per step
 
 
 def test_settings_round_trip_and_ignore_bad_values(tmp_path, monkeypatch):

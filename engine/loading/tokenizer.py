@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -19,24 +19,41 @@ def load_tokenizer(path: Path, **kw):
 class Detokenizer:
     """Text of each token of a reply as it arrives, so every piece of text keeps its token's style.
 
-    Decodes a short window (the tokens since the last complete piece) twice, with and without
-    the new tokens, and takes the difference; a token that ends inside a multi-byte character
-    yields "" and its bytes come out with the token that completes the character."""
+    For a step's tokens it decodes a short window (from the token before the last complete piece)
+    grown by one token at a time, in one batch, and takes the differences; a token that ends
+    inside a multi-byte character yields "" and its bytes come out with the token that completes
+    the character."""
 
-    def __init__(self, decode: Callable[[list[int]], str], skip: Iterable[int] = ()):
-        self.decode = decode
-        self.skip = frozenset(skip)  # stop tokens: they end the reply, they show no text
+    def __init__(
+        self,
+        decode: Callable[[list[int]], str],
+        skip: set[int] = frozenset(),
+        decode_batch: Callable[[list[list[int]]], list[str]] | None = None,
+    ):
+        self.decode_batch = decode_batch or (lambda windows: [decode(ids) for ids in windows])
+        self.skip = skip  # stop tokens: they end the reply, they show no text
         self.ids: list[int] = []
         self.prefix = 0  # window start
         self.read = 0  # tokens before this are already shown
 
-    def add(self, token: int) -> str:
-        if token in self.skip:
-            return ""
-        self.ids.append(token)
-        before = self.decode(self.ids[self.prefix : self.read])
-        after = self.decode(self.ids[self.prefix :])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        self.prefix, self.read = self.read, len(self.ids)
-        return after[len(before) :]
+    def add(self, tokens: list[int]) -> list[str]:
+        """The text of each of `tokens` ("" for a stop token or an incomplete character)."""
+        first = len(self.ids)
+        self.ids += [t for t in tokens if t not in self.skip]
+        ends = range(self.read, len(self.ids) + 1)
+        texts = self.decode_batch([self.ids[self.prefix : end] for end in ends]) if len(ends) > 1 else []
+        shown, prefix = (texts[0] if texts else ""), self.prefix
+        pieces = {}
+        for end, text in zip(ends[1:], texts[1:]):
+            if len(text) > len(shown) and not text.endswith("\ufffd"):
+                pieces[end - 1] = text[len(shown) :]
+                shown, prefix, self.read = text, self.read, end
+        self.prefix = prefix
+        texts_by_token, at = [], first
+        for t in tokens:
+            if t in self.skip:
+                texts_by_token.append("")
+            else:
+                texts_by_token.append(pieces.get(at, ""))
+                at += 1
+        return texts_by_token

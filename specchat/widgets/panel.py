@@ -20,22 +20,48 @@ class Stats:
 
     The speedup compares decode speed with 1 / (mean time of a plain decode step), measured on
     this model in this session: plain replies and speculative steps that found no drafts both
-    time one. Until one has been timed, there is no speedup to show."""
+    time one. Until one has been timed, there is no speedup to show.
+
+    Beside the engine's decode rate it keeps the rate the user saw: tokens on the screen over
+    the wall time since the message was sent (prefill, display and everything between steps)."""
 
     def __init__(self) -> None:
         self.session = Metrics()
         self.plain_steps = 0
         self.plain_s = 0.0
+        self.session_seen_tokens = 0  # of finished replies
+        self.session_seen_s = 0.0
         self.new_reply()
 
-    def new_reply(self) -> None:
+    def new_reply(self, started: float | None = None) -> None:
         self.reply = Metrics()
         self.history: deque[Step] = deque(maxlen=HISTORY)
         self.last: Step | None = None
+        self.started = started  # when the message was sent (time.perf_counter)
+        self.emitted = 0  # tokens of the reply, its first (from the prefill) included
+        self.seen_s = 0.0  # from sending to the latest step on the screen
+
+    def shown(self, at: float, final: bool = False) -> None:
+        """The steps added so far are on the screen at `at`; `final`: the reply is complete."""
+        if self.started is None:
+            return
+        self.seen_s = at - self.started
+        if final:
+            self.session_seen_tokens += self.emitted
+            self.session_seen_s += self.seen_s
+
+    @property
+    def seen_rate(self) -> float:
+        return self.emitted / self.seen_s if self.seen_s > 0 else 0.0
+
+    @property
+    def session_seen_rate(self) -> float:
+        return self.session_seen_tokens / self.session_seen_s if self.session_seen_s > 0 else 0.0
 
     def add(self, step: Step) -> None:
         self.reply.add(step)
         self.session.add(step)
+        self.emitted += len(step.tokens)
         if step.prefill or not (step.tokens or step.drafts):
             return
         self.history.append(step)
@@ -53,6 +79,10 @@ class Stats:
         if plain is None or not m.tokens_per_second:
             return None
         return m.tokens_per_second * plain
+
+
+def rate(tokens_per_s: float) -> str:
+    return f"{tokens_per_s:.1f}" if tokens_per_s else "—"
 
 
 def row(label: str, reply: str, session: str) -> Content:
@@ -75,7 +105,8 @@ def figures(stats: Stats) -> Content:
         Content.styled(f"{'':<12}{'reply':>9}{'session':>10}\n", "bold"),
         row("tokens/step", f"{r.mean_acceptance_length:.2f}", f"{s.mean_acceptance_length:.2f}"),
         row("acceptance", f"{100 * r.draft_acceptance_rate:.0f} %", f"{100 * s.draft_acceptance_rate:.0f} %"),
-        row("tok/s", f"{r.tokens_per_second:.1f}", f"{s.tokens_per_second:.1f}"),
+        row("decode tok/s", f"{r.tokens_per_second:.1f}", f"{s.tokens_per_second:.1f}"),
+        row("seen tok/s", rate(stats.seen_rate), rate(stats.session_seen_rate)),
         row("speedup", speed(r), speed(s)),
         row("propose ms", ms(r.propose_s, r.steps), ms(s.propose_s, s.steps)),
         row("verify ms", ms(r.verify_s, r.steps), ms(s.verify_s, s.steps)),

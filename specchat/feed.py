@@ -1,0 +1,61 @@
+"""The road from the engine thread to the screen: steps already turned into styled text.
+
+The engine thread does everything per token (decoding text, naming each token's origin) and puts
+one `ShownStep` per step into the reply's `StepFeed`; it never waits for the app. The app takes
+all the steps since its last look, once per frame, so its work grows with frames, not with steps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine import Step
+
+REFUSED_BREAK = "⏎"  # a refused line break, kept on one line so it does not reflow the reply
+
+
+def token_kinds(step: Step) -> list[str]:
+    """The origin of each token a step emitted: drafts kept, then its bonus or correction."""
+    if step.kind == "plain":
+        return ["plain"] * len(step.tokens)
+    kinds = ["accepted"] * step.accepted + [step.kind]
+    return kinds[: len(step.tokens)]  # a stop token or the length limit may cut the step short
+
+
+@dataclass
+class ShownStep:
+    """One engine step as the reply shows it."""
+
+    step: Step
+    pieces: list[tuple[str, str]]  # (text, origin) per token with text, then the refused drafts
+
+
+def shown_step(step: Step, texts: list[str], refused: str) -> ShownStep:
+    """`texts`: the text of each of step.tokens ("" while a character is incomplete);
+    `refused`: the text of the refused drafts (the teaching view shows it after the correction)."""
+    pieces = [(text, kind) for text, kind in zip(texts, token_kinds(step)) if text]
+    if refused and step.kind == "correction":
+        pieces.append((refused.replace("\n", REFUSED_BREAK), "refused"))
+    return ShownStep(step, pieces)
+
+
+class StepFeed:
+    """The steps of one reply that the screen has not shown yet.
+
+    `put` (engine thread) and `take` (app) may run at the same time: a deque's append and
+    popleft are atomic, so neither side locks or waits for the other."""
+
+    def __init__(self, reply: int) -> None:
+        self.reply = reply
+        self._steps: deque[ShownStep] = deque()
+
+    def put(self, shown: ShownStep) -> None:
+        self._steps.append(shown)
+
+    def take(self) -> list[ShownStep]:
+        """Every step put since the last take, in order."""
+        taken = []
+        while self._steps:
+            taken.append(self._steps.popleft())
+        return taken
