@@ -40,8 +40,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     chat = sub.add_parser("chat", help="the chat app (default)")
     add_model_options(chat)
-    chat.add_argument("--system", default=None, help="system prompt")
-    # Unset sampling options keep the chat's saved settings.
+    chat.add_argument("--system", default=None, help="system prompt (this run only)")
+    chat.add_argument("--resume", action="store_true", help="reopen the last chat")
+    # Unset sampling options keep the chat's saved settings; set ones hold for this run only.
     chat.set_defaults(temperature=None, top_k=None, top_p=None, seed=None, max_tokens=None)
     run = sub.add_parser("run", help="one prompt, printed reply and a summary line")
     add_model_options(run)

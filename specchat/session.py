@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-from engine import DraftProposer, EngineError, Generation, NgramProposer, Proposer, SamplingParams, stream
+from engine import (
+    DraftProposer, EngineError, Generation, NgramProposer, Proposer, SamplingParams, check_same_vocabulary, stream,
+)
 from engine.proposers.base import MAX_K
 from specchat.messages import ReplyDone, StepDone
 
@@ -61,6 +63,7 @@ class ChatSession:
         self.args = args
         self.model = model
         self._proposers: dict[str, Proposer] = {}
+        self.refused: dict[str, str] = {}  # proposers that failed to load, and why: not offered again
 
     @property
     def label(self) -> str:
@@ -83,7 +86,7 @@ class ChatSession:
             names.append("draft")
         if self.args.dflash and importlib.util.find_spec("engine.proposers.dflash"):
             names.append("dflash")
-        return names
+        return [name for name in names if name not in self.refused]
 
     def needs_loading(self, name: str) -> bool:
         return name in ("draft", "dflash") and name not in self._proposers
@@ -94,7 +97,11 @@ class ChatSession:
         if name == "off":
             return None
         if name not in self._proposers:
-            self._proposers[name] = self._build(name, progress)
+            try:
+                self._proposers[name] = self._build(name, progress)
+            except EngineError as err:
+                self.refused[name] = str(err)
+                raise
         proposer = self._proposers[name]
         proposer.k = clamp_k(k, proposer)  # read by the generation at its next step
         return proposer
@@ -113,6 +120,7 @@ class ChatSession:
                 max_context=target.max_context,
                 progress=progress,
             )
+            check_same_vocabulary(target, draft)  # at load: not as every reply starts
             return DraftProposer(draft, k=4, sample=bool(getattr(self.args, "sample_drafts", False)))
         if name == "dflash":
             from engine.proposers.dflash import DFlashProposer, load_drafter

@@ -326,29 +326,31 @@ async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(hom
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await ask(pilot, "hello")
-        await say(pilot, f"/export {home}")  # a folder, not a file
+        (home / "a-file").write_text("")
+        await say(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
         await pilot.pause()
-        assert notes[-1].startswith("cannot write the chat to")
+        assert notes[-1].startswith(f"cannot write the chat to {home}/a-file/chat.md:")
         await ask(pilot, "again")
         assert len(app.query(ReplyView)) == 2 and reply(app).text == "".join(WORDS)
 
 
 @pilot_test
-async def test_a_message_sent_while_a_reply_is_written_stays_in_the_box():
+async def test_messages_sent_while_a_reply_is_written_are_queued_and_sent_in_turn():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await say(pilot, "first")
         await say(pilot, "second")
-        assert app.query_one("#prompt").value == "second"  # refused for now, not lost
-        await pilot.press("escape")
-        await until(pilot, lambda: app.gen is None, "the stop")
+        await say(pilot, "third")
+        assert app.query_one("#prompt").value == ""  # nothing piles up in the box
+        assert app.queued == ["second", "third"]
         session.stepwise = False
-        await pilot.press("enter")
-        await until(pilot, lambda: app.gen is None and len(app.query(ReplyView)) == 2 and reply(app).status,
-                    "the second reply")
-        assert session.prompts[-1][-1]["content"] == "second"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.gen is None and not app.queued and len(app.query(ReplyView)) == 3
+                    and reply(app).status, "the queued replies")
+        assert [p[-1]["content"] for p in session.prompts] == ["first", "second", "third"]
+        assert [m["content"] for m in app.record.messages if m["role"] == "user"] == ["first", "second", "third"]
 
 
 @pilot_test
