@@ -10,6 +10,7 @@ import torch
 
 from engine.config import ModelConfig
 from engine.errors import EngineError
+from engine.kv_budget import default_context
 from engine.model import Decoder
 from engine.runner import Model
 
@@ -50,14 +51,15 @@ def load_model(
     name_or_path: str,
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
-    max_context: int = 4096,
+    max_context: int | None = None,
     progress=None,
     eager: bool = False,
     batch_invariant: bool = False,
 ) -> Model:
     """Load a model by pack name (`smollm2-135m`), local HF directory, GGUF file or hub id.
 
-    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
+    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU;
+    max_context defaults to 4096 tokens, or the model's positions if fewer; eager=True
     runs CUDA steps op by op instead of replaying CUDA graphs; batch_invariant=True makes a bf16
     reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
     from engine import packs
@@ -83,6 +85,7 @@ def load_model(
         decoder.lm_head.weight = decoder.embed_tokens.weight
     decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
     decoder.eval()
+    max_context = default_context(config) if max_context is None else max_context
     return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context, eager=eager,
                  batch_invariant=batch_invariant)
 

@@ -18,6 +18,7 @@ import torch
 from engine.attention import MAX_DECODE_TOKENS, StepContext
 from engine.config import ModelConfig
 from engine.errors import EngineError
+from engine.kv_budget import check_context
 from engine.kv_cache import PagePool, SeqCache
 from engine.model import Decoder, triton_available
 from engine.sampling import TOKEN, SamplingParams, probabilities, sample
@@ -54,6 +55,7 @@ class Model:
         self.backend = "triton" if self.device.type == "cuda" and triton_available() else "torch"
         num_pages = -(-(self.max_context + MAX_STEP) // PAGE_SIZE)
         graphed = self.backend == "triton" and not self.eager
+        check_context(self.name, cfg, self.max_context, (num_pages + graphed) * PAGE_SIZE, self.dtype, self.device)
         self.pool = PagePool(  # graphs keep one page for themselves: the scratch their warm-ups write
             cfg.num_layers, num_pages + graphed, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype,
             self.device,

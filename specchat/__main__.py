@@ -15,7 +15,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default=DEFAULT_MODEL, help="pack name, HF directory, GGUF file or hub id")
     g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     g.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    g.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    g.add_argument("--max-context", type=int, default=None,
+                   help="tokens of KV cache per model (default 4096, or the model's positions if fewer)")
     g.add_argument("--eager", action="store_true", help="no CUDA graphs")
     g.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
     s = p.add_argument_group("speculation")

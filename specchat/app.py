@@ -15,6 +15,7 @@ from textual.widgets import Footer, Header, Input
 
 from engine import EngineError, Generation, Step
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone, StepDone
+from specchat.options import flag_k
 from specchat.session import PROPOSERS, ChatSession, clamp_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
@@ -452,20 +453,14 @@ def flags_from(args) -> dict:
     if len(chosen) > 1:
         raise EngineError(f"choose one of --speculate, --draft, --dflash (got {', '.join(chosen)})")
     if args.speculate is not None:
-        flags.update(proposer="n-gram", k=check_flag_k("--speculate", args.speculate))
+        flags.update(proposer="n-gram", k=flag_k("--speculate", args.speculate))
     elif chosen:
         flags["proposer"] = chosen[0]
     if args.k is not None:
         if args.speculate is not None:
             raise EngineError("give k once: --speculate K sets n-gram's k, -k the draft's or drafter's")
-        flags["k"] = check_flag_k("-k", args.k)
+        flags["k"] = flag_k("-k", args.k)
     return flags
-
-
-def check_flag_k(flag: str, k: int) -> int:
-    if clamp_k(k) != k:
-        raise EngineError(f"{flag} takes k from 1 to {clamp_k(10**9)}, got {k}")
-    return k
 
 
 def settings_from(args) -> tuple[Settings, dict]:

@@ -39,8 +39,10 @@ def run(args) -> int:
     stop = set(model.stop_ids())
     shown = ""
     started = time.perf_counter()
+    finished = None
     try:
         for step in gen:
+            finished = step.finished or finished
             text = model.tokenizer.decode([t for t in gen.tokens if t not in stop])
             print(text[len(shown):], end="", flush=True)
             shown = text
@@ -50,7 +52,10 @@ def run(args) -> int:
     m = gen.metrics
     wall = time.perf_counter() - started
     who = proposer.describe() if proposer else "plain decoding"
-    print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s", file=sys.stderr)
+    ending = ""
+    if finished == "length" and len(gen.tokens) < sampling.max_tokens:
+        ending = f", stopped: the context is full (--max-context {model.max_context}, the prompt took {len(ids)})"
+    print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s{ending}", file=sys.stderr)
     return 0
 
 
@@ -59,7 +64,9 @@ def pull(args) -> int:
 
     if args.name is None:
         for name, pack in packs.PACKS.items():
-            print(f"{name:20} {pack.description}")
+            here = "in the cache" if (packs.model_dir(name) / "config.json").exists() else "not fetched"
+            print(f"{name:20} {here:13} {pack.description}")
+        print(f"cache: {packs.cache_root()}")
         return 0
     try:
         path = packs.ensure(args.name, progress=progress_line)
