@@ -10,7 +10,14 @@ import importlib.util
 from collections.abc import Callable
 
 from engine import (
-    DraftProposer, EngineError, Generation, NgramProposer, Proposer, SamplingParams, check_same_vocabulary, stream,
+    DraftProposer,
+    EngineError,
+    Generation,
+    NgramProposer,
+    Proposer,
+    SamplingParams,
+    check_same_vocabulary,
+    stream,
 )
 from engine.proposers.base import MAX_K
 from specchat.messages import ReplyDone, StepDone

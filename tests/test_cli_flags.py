@@ -41,7 +41,7 @@ def test_a_kv_cache_larger_than_the_free_memory_is_refused_with_its_size(monkeyp
 
 
 def test_the_default_context_fits_a_model_with_fewer_positions(gguf, capsys):
-    status, out, err = run(capsys, "run", "--model", gguf, "--prompt", "hi", "--max-tokens", "3")
+    status, _, err = run(capsys, "run", "--model", gguf, "--prompt", "hi", "--max-tokens", "3")
     assert status == 0 and err[-1].startswith("[plain decoding] ")
 
 
