@@ -13,7 +13,7 @@ README = Path(__file__).parent.parent / "README.md"
 
 
 def python_example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     assert len(blocks) == 1, "the README has one Python example"
     return blocks[0]
 
