@@ -15,8 +15,9 @@ from engine.batching.decode import BatchDecoder, Finished, generate_batch
 from engine.errors import EngineError
 from engine.limits import MAX_K, MAX_STEP, PAGE_SIZE
 from engine.loading.loader import DTYPES, load_model
-from engine.loading.packs import PACKS
+from engine.loading.packs import PACKS, cache_root
 from engine.loading.packs import ensure as ensure_pack
+from engine.loading.packs import model_dir as pack_dir
 from engine.loading.tokenizer import Detokenizer
 from engine.network.config import PRESETS, ModelConfig, preset
 from engine.profile import profile_steps
@@ -27,7 +28,7 @@ from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import Proposal, Proposer, check_k
 from engine.speculation.proposers.dflash import RANDOM as RANDOM_DRAFTER
 from engine.speculation.proposers.dflash import DFlashProposer, load_drafter, write_random_drafter
-from engine.speculation.proposers.draft import DraftProposer
+from engine.speculation.proposers.draft import DraftProposer, check_same_vocabulary
 from engine.speculation.proposers.ngram import NgramProposer
 from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
 from engine.speculation.registry import (
@@ -45,7 +46,8 @@ __all__ = [
     "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
     "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
     "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
-    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "check_k", "ensure_pack", "find_spec",
-    "generate", "generate_batch", "load_drafter", "load_model", "load_proposer", "missing", "offered", "preset",
-    "profile_steps", "proposer_specs", "random_model", "register", "stream", "unregister", "write_random_drafter",
+    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "check_k", "check_same_vocabulary",
+    "cache_root", "ensure_pack", "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer",
+    "missing", "offered", "pack_dir", "preset", "profile_steps", "proposer_specs", "random_model", "register", "stream",
+    "unregister", "write_random_drafter",
 ]

@@ -23,8 +23,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
     chat = sub.add_parser("chat", help="the chat app (default)")
     add_model_arguments(chat, DEFAULT_MODEL)
-    chat.add_argument("--system", default=None, help="system prompt")
-    # Unset sampling options keep the chat's saved settings.
+    chat.add_argument("--system", default=None, help="system prompt (this run only)")
+    chat.add_argument("--resume", action="store_true", help="reopen the last chat")
+    # Unset sampling options keep the chat's saved settings; set ones hold for this run only.
     chat.set_defaults(temperature=None, top_k=None, top_p=None, seed=None, max_tokens=None)
     run = sub.add_parser("run", help="one prompt, printed reply and a summary line")
     add_model_arguments(run, DEFAULT_MODEL)

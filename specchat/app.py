@@ -18,7 +18,7 @@ from engine import EngineError, Generation, find_spec
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
-from specchat.options import chosen_proposer
+from specchat.options import check_k_flags, chosen_proposer
 from specchat.session import ChatSession, chat_name, clamp_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
@@ -34,6 +34,9 @@ WELCOME = (
 )
 NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
+SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
+# The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
+CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
 
 
 class SpecChat(App):
@@ -55,13 +58,21 @@ class SpecChat(App):
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
+        Binding("ctrl+q", "leave", "quit", priority=True),  # in the footer once the model failed to load
     ]
 
-    def __init__(self, session: ChatSession, settings: Settings, save: bool = True):
+    def __init__(
+        self, session: ChatSession, settings: Settings, save: bool = True, this_run_only: dict | None = None,
+        resume: bool = False,
+    ):
         super().__init__()
         self.session = session
         self.settings = settings
         self.save = save  # False: leave settings on disk as they are (tests)
+        self.this_run_only = this_run_only or {}  # settings the command line gave: never saved
+        self.resume = resume  # reopen the last chat once the model is ready
+        self.load_error = ""  # why the model did not load: the exit status says so too
+        self.queued: list[str] = []  # messages sent while a reply was written, in order
         self.record = ChatRecord(model=session.label, system=settings.system)
         self.stats = Stats()
         self.proposer_name = "off"  # what the next step drafts with
@@ -99,6 +110,11 @@ class SpecChat(App):
         self.sub_title = self.session.label
         self.legend.show(self.settings.teaching)
         self.show_panel()
+        self.set_interval(SAVE_EVERY, self.save_unfinished)
+        try:  # graphs are captured at load for the settings replies will use
+            self.session.sampling = self.settings.sampling()
+        except EngineError:
+            pass  # a bad saved value: the settings screen says so; the defaults are warmed meanwhile
         self.load_model()
 
     def on_unmount(self) -> None:
@@ -118,9 +134,10 @@ class SpecChat(App):
         self.panel.show(self.stats, self.proposer_name, self.settings.k, self.loading_proposer)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        # The chat screen's keys stay out of the help and settings screens' way.
-        if isinstance(self.screen, ModalScreen):
-            return False
+        if action in CHAT_ACTIONS and isinstance(self.screen, ModalScreen):
+            return False  # the chat's keys stay out of the help and settings screens' way
+        if action in ("quit", "leave"):
+            return (action == "leave") == bool(self.load_error)
         if action == "stop":
             return True if self.gen is not None else None  # None: shown, greyed out
         return True
@@ -153,14 +170,21 @@ class SpecChat(App):
         prompt.disabled = False
         prompt.placeholder = "type a message · enter sends · ? help"
         prompt.focus()
+        if self.this_run_only:
+            self.chat.add_note("for this run only (from the command line): " + described(self.this_run_only))
         names = self.session.proposer_names()
         self.choose_proposer(self.settings.proposer if self.settings.proposer in names else "n-gram")
+        if self.resume:
+            self.resume_last()
 
     @on(LoadFailed)
     def load_failed(self, message: LoadFailed) -> None:
         if message.what == "model":
+            self.load_error = message.error
             self.loading.say(f"cannot load the model: {message.error}")
             self.loading.add_class("failed")
+            self.prompt.placeholder = "the model did not load · ctrl+q quits"
+            self.refresh_bindings()
         else:
             self.loading_proposer = ""
             self.notify(f"cannot load {message.what}: {message.error}", severity="error", timeout=8)
@@ -222,11 +246,11 @@ class SpecChat(App):
     @on(Input.Submitted, "#prompt")
     def submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
-        if text and not text.startswith("/") and self.gen is not None:
-            # the message stays in the box, to be sent once the reply is done
-            self.notify("a reply is being written: wait for it, or press esc to stop it")
-            return
         event.input.clear()
+        if text and not text.startswith("/") and (self.gen is not None or self.queued):
+            self.queued.append(text)
+            self.notify(f"queued ({len(self.queued)}): sent when the reply being written ends · esc stops it")
+            return
         if text.startswith("/"):
             self.command(text)
         elif text:
@@ -235,7 +259,7 @@ class SpecChat(App):
     def send(self, text: str) -> None:
         """Start a reply to `text` (no reply is being written: `submitted` keeps the text till then)."""
         try:
-            sampling = self.settings.sampling()
+            sampling = self.session.sampling = self.settings.sampling()
             self.record.messages.append({"role": "user", "content": text})
             ids = self.session.prompt_ids(self.record.history(), self.settings.system)
             proposer = (
@@ -303,6 +327,8 @@ class SpecChat(App):
             self.show_steps()
             self.end_reply(message.finished, message.error)
             self.show_panel()
+        if self.queued:
+            self.send(self.queued.pop(0))
 
     def reply_seen(self, reply_id: int, reply: ReplyView, status: str) -> None:
         """The reply's last token is on the screen: say how fast it came, beside the engine's rate."""
@@ -334,11 +360,21 @@ class SpecChat(App):
         self.reply = None
         self.save_record()
 
+    def action_leave(self) -> None:
+        self.exit(return_code=1)  # a chat whose model never loaded is a failure
+
+    def save_unfinished(self) -> None:
+        """Save the reply being written as it stands, marked unfinished (a killed app keeps it)."""
+        if self.reply is not None and self.reply.text:
+            self.save_record({"role": "assistant", "content": self.reply.text, "finished": "unfinished"})
+
     def action_stop(self) -> None:
         if self.gen is not None:
             self.gen.cancel()
 
     def action_new_chat(self) -> None:
+        if self.queued:  # not sent into the new chat: back into the box, to send or to clear
+            self.prompt.value, self.queued = " ".join(self.queued), []
         self.action_stop()
         self.end_reply("cancelled")
         self.reply_id += 1  # steps still in flight are dropped
@@ -355,12 +391,15 @@ class SpecChat(App):
         if name == "/export":
             try:
                 path = self.record.export(Path(rest).expanduser() if rest else None)
-            except OSError as err:
-                self.notify(f"cannot write the chat to {err.filename or rest}: {err.strerror}", severity="error")
+            except OSError as err:  # named by what was asked for, not the temporary file written first
+                self.notify(f"cannot write the chat to {rest or 'the exports folder'}: {err.strerror}",
+                            severity="error")
                 return
             self.notify(f"chat written to {path}")
         elif name == "/new":
             self.action_new_chat()
+        elif name == "/resume":
+            self.resume_last()
         elif name == "/system":
             self.settings.system = self.record.system = rest
             self.save_settings()
@@ -375,7 +414,7 @@ class SpecChat(App):
             self.action_help()
         else:
             self.notify(
-                f"unknown command {text!r}: /export [FILE], /new, /system TEXT, /k N, "
+                f"unknown command {text!r}: /export [FILE], /new, /resume, /system TEXT, /k N, "
                 f"/proposer {'|'.join(self.session.proposer_names())}, /help",
                 severity="warning",
             )
@@ -407,15 +446,37 @@ class SpecChat(App):
         if not self.save:
             return
         try:
-            self.settings.save()
+            self.settings.save(self.this_run_only)
         except OSError as err:
             self.notify(f"cannot save the settings: {err.strerror}", severity="error")
 
-    def save_record(self) -> None:
+    def save_record(self, unfinished: dict | None = None) -> None:
         try:
-            self.record.save()
+            self.record.save(unfinished)
         except OSError as err:
             self.notify(f"cannot save the transcript: {err.strerror}", severity="error")
+
+    def resume_last(self) -> None:
+        """Reopen the chat saved last (not this one), to read and to go on with."""
+        if self.gen is not None:
+            self.notify("a reply is being written: stop it (esc) before reopening a chat", severity="warning")
+            return
+        last = ChatRecord.latest(skip=self.record.id)
+        if last is None:
+            self.notify("no saved chat to reopen", severity="warning")
+            return
+        self.action_new_chat()
+        self.record = last
+        for m in last.messages:
+            if m["role"] == "user":
+                self.chat.add_user(m["content"])
+                continue
+            # a saved reply has no steps left to colour: its text shows as plain decoding's
+            reply = self.chat.add_reply(self.settings.teaching)
+            reply.add([(m["content"], "plain")])
+            status = m.get("finished", "")
+            reply.finish(" · ".join(x for x in ("stopped" if status == "cancelled" else status, m.get("stats")) if x))
+        self.chat.add_note(f"reopened the chat of {last.started}")
 
 
 def seen_summary(stats: Stats) -> str:
@@ -436,30 +497,49 @@ def one_line(err: Exception) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
-def make_app(session: ChatSession, settings: Settings | None = None, save: bool = True) -> SpecChat:
+def described(values: dict) -> str:
+    return " · ".join(f"{name.replace('_', ' ')} {value!r}" for name, value in values.items())
+
+
+def make_app(session: ChatSession, settings: Settings | None = None, save: bool = True, **kw) -> SpecChat:
     """The app around a session: the real engine, or in tests a scripted one."""
-    return SpecChat(session, settings or Settings.load(), save)
+    return SpecChat(session, settings or Settings.load(), save, **kw)
 
 
-def settings_from(args) -> Settings:
-    """Saved settings, with what the command line gave on top."""
-    settings = Settings.load()
-    for name in ("temperature", "top_k", "top_p", "seed", "max_tokens", "system"):
-        if getattr(args, name, None) is not None:
-            setattr(settings, name, getattr(args, name))
+def flags_from(args) -> dict:
+    """The settings the command line gives (they hold for this run and are not saved); a k out of
+    range, or one that nothing would use, is refused."""
+    flags = {
+        name: getattr(args, name)
+        for name in ("temperature", "top_k", "top_p", "seed", "max_tokens", "system")
+        if getattr(args, name, None) is not None
+    }
+    check_k_flags(args)
     chosen = chosen_proposer(args)
     if chosen is not None:
-        settings.proposer = chat_name(find_spec(chosen))
-    if args.speculate:
-        settings.k = args.speculate
+        flags["proposer"] = chat_name(find_spec(chosen))
+    if args.speculate is not None:
+        flags["k"] = args.speculate
     if args.k is not None:
-        settings.k = args.k
-    settings.k = clamp_k(settings.k)
+        flags["k"] = args.k
+    return flags
+
+
+def settings_from(args) -> tuple[Settings, dict]:
+    """Saved settings with what the command line gave on top, and what it gave."""
+    settings, flags = Settings.load(), flags_from(args)
+    for name, value in flags.items():
+        setattr(settings, name, value)
+    settings.k = clamp_k(settings.k)  # a hand-edited settings file
     settings.sampling()
-    return settings
+    return settings, flags
 
 
 def main(args) -> int:
     """`specchat chat`: open the app on the model the options name."""
-    make_app(ChatSession(args), settings_from(args)).run()
-    return 0
+    settings, flags = settings_from(args)
+    app = make_app(ChatSession(args), settings, this_run_only=flags, resume=args.resume)
+    app.run()
+    if app.load_error:
+        print(f"specchat: cannot load the model: {app.load_error}", file=sys.stderr)
+    return app.return_code or 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from engine import PACKS, Detokenizer, EngineError, ensure_pack, stream
-from specchat.options import load_target, progress_line, proposer_from, sampling_from
+from engine import PACKS, Detokenizer, EngineError, cache_root, ensure_pack, pack_dir, stream
+from specchat.options import check_k_flags, load_target, progress_line, proposer_from, sampling_from
 
 
 def read_prompt(args) -> str:
@@ -28,18 +28,26 @@ def read_prompt(args) -> str:
 def run(args) -> int:
     sampling = sampling_from(args)
     prompt = read_prompt(args)
+    check_k_flags(args)  # before the model loads: a bad flag costs no wait
     model = load_target(args)
     proposer = proposer_from(args, model)
     if args.raw or model.tokenizer is None:
         ids = model.tokenizer.encode(prompt) if model.tokenizer else []
     else:
         ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
+    if model.graphs is not None:  # compile and capture before the clock starts, as the chat does at load
+        progress_line("compiling kernels and capturing CUDA graphs")
+        model.warm_up(sampling)
+        if proposer is not None:
+            proposer.warm_up(model, sampling)
     print(file=sys.stderr)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
     detok = Detokenizer(model.tokenizer.decode, set(model.stop_ids()), getattr(model.tokenizer, "batch_decode", None))
     started = time.perf_counter()
+    finished = None
     try:
         for step in gen:
+            finished = step.finished or finished
             print("".join(detok.add(step.tokens)), end="", flush=True)
     except KeyboardInterrupt:
         print("\n[cancelled]", file=sys.stderr)
@@ -47,14 +55,19 @@ def run(args) -> int:
     m = gen.metrics
     wall = time.perf_counter() - started
     who = proposer.describe() if proposer else "plain decoding"
-    print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s", file=sys.stderr)
+    ending = ""
+    if finished == "length" and len(gen.tokens) < sampling.max_tokens:
+        ending = f", stopped: the context is full (--max-context {model.max_context}, the prompt took {len(ids)})"
+    print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s{ending}", file=sys.stderr)
     return 0
 
 
 def pull(args) -> int:
     if args.name is None:
         for name, pack in PACKS.items():
-            print(f"{name:20} {pack.description}")
+            here = "in the cache" if (pack_dir(name) / "config.json").exists() else "not fetched"
+            print(f"{name:20} {here:13} {pack.description}")
+        print(f"cache: {cache_root()}")
         return 0
     try:
         path = ensure_pack(args.name, progress=progress_line)

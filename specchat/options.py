@@ -7,6 +7,7 @@ import sys
 
 from engine import (
     DTYPES,
+    MAX_K,
     EngineError,
     LoadedProposer,
     ProposerOptions,
@@ -30,7 +31,8 @@ def add_target_options(g) -> None:
     """--device, --dtype, --max-context: what every command that loads a model takes."""
     g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     g.add_argument("--dtype", default=None, choices=list(DTYPES))
-    g.add_argument("--max-context", type=int, default=4096, help="tokens of KV cache per model")
+    g.add_argument("--max-context", type=int, default=None,
+                   help="tokens of KV cache per model (default 4096, or the model's positions if fewer)")
 
 
 def add_need_options(g) -> None:
@@ -54,7 +56,7 @@ def sampling_from(args) -> SamplingParams:
 
 
 def load_target(args, progress=progress_line):
-    if args.max_context < 32:
+    if args.max_context is not None and args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
                       progress=progress, eager=getattr(args, "eager", False),
@@ -90,17 +92,43 @@ def load_chosen(args, target, progress=progress_line) -> LoadedProposer | None:
     return None if name is None else load_proposer(name, target, proposer_options(args, progress))
 
 
+def check_k_flags(args) -> None:
+    """--speculate and -k refused before anything loads: out of range, or both given."""
+    speculate = getattr(args, "speculate", None)
+    if speculate is not None and args.k is not None:
+        raise EngineError("give k once: --speculate K sets n-gram's k, -k the draft's or drafter's")
+    if speculate is not None:
+        flag_k("--speculate", speculate)
+    if args.k is not None:
+        flag_k("-k", args.k)
+
+
 def proposer_from(args, target, progress=progress_line):
     """The proposer the options ask for (None: plain decoding), with k from --speculate or -k."""
+    check_k_flags(args)
     loaded = load_chosen(args, target, progress)
-    if loaded is None:
-        if args.k is not None:
-            raise EngineError("-k needs a proposer: --speculate K, --proposer NAME, --draft or --dflash")
+    if loaded is None:  # plain decoding: say so of the flags that only a drafter reads
+        unused = [flag for flag, given in (("-k", args.k is not None), ("--sample-drafts", args.sample_drafts))
+                  if given]
+        if unused:
+            warn(f"{' and '.join(unused)} {'has' if len(unused) == 1 else 'have'} no effect without a proposer: "
+                 "decoding plainly (--speculate K, --proposer NAME, --draft or --dflash)")
         return None
-    k = args.speculate if loaded.name == "ngram" and getattr(args, "speculate", None) is not None else args.k
-    if k is not None:
-        check_k(k, loaded.max_k)
-    return loaded.make(k)
+    flag, k = ("--speculate", args.speculate) if getattr(args, "speculate", None) is not None else ("-k", args.k)
+    why = f"what {loaded.label} can draft" if loaded.max_k < MAX_K else ""
+    return loaded.make(None if k is None else flag_k(flag, k, loaded.max_k, why))
+
+
+def flag_k(flag: str, k: int, max_k: int = MAX_K, why: str = "") -> int:
+    """k as the engine takes it, or one error line that names the flag that gave it."""
+    try:
+        return check_k(k, max_k, why)
+    except EngineError as err:
+        raise EngineError(f"{flag}: {err}") from None
+
+
+def warn(message: str) -> None:
+    print(f"specchat: {message}", file=sys.stderr, flush=True)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, default_model: str, speculation: bool = True) -> None:

@@ -48,6 +48,8 @@ class ChatSession:
         self.args = args
         self.model = model
         self._proposers: dict[str, Proposer] = {}
+        self.refused: dict[str, str] = {}  # proposers that failed to load, and why: not offered again
+        self.sampling = SamplingParams()  # the chat's settings: warm-ups capture graphs for them
 
     @property
     def label(self) -> str:
@@ -56,15 +58,30 @@ class ChatSession:
         return f"{self.model.name} · {self.model.device.type}"
 
     def load(self, progress: Callable[[str], None]) -> str:
-        """Load the target model (slow: call from a thread). Returns its label."""
+        """Load the target model and make it ready for the first reply (slow: call from a thread).
+        Returns its label."""
         if self.model is None:
             self.model = load_target(self.args, progress)
+            self.warm_up(None, progress)
         return self.label
+
+    def warm_up(self, proposer: Proposer | None, progress: Callable[[str], None]) -> None:
+        """Compile the kernels and capture the CUDA graphs that replies with the chat's sampling
+        settings will run (the target's, or a proposer's once it loads), so the first reply is
+        as fast as later ones; on the CPU there is nothing to do."""
+        if getattr(self.model, "graphs", None) is None:
+            return
+        progress("compiling kernels and capturing CUDA graphs (once per start)")
+        if proposer is None:
+            self.model.warm_up(self.sampling)
+        else:
+            proposer.warm_up(self.model, self.sampling)
 
     def proposer_names(self) -> list[str]:
         """The proposers this chat can offer, in the order a key cycles through them: those that
-        need nothing, and those whose need (a draft model, a drafter) was given."""
-        return ["off", *(chat_name(spec) for spec in offered(sources(self.args)))]
+        need nothing, and those whose need (a draft model, a drafter) was given and loaded."""
+        names = ["off", *(chat_name(spec) for spec in offered(sources(self.args)))]
+        return [name for name in names if name not in self.refused]
 
     def needs_loading(self, name: str) -> bool:
         return name != "off" and find_spec(name).need is not None and name not in self._proposers
@@ -77,7 +94,12 @@ class ChatSession:
         if name not in self.proposer_names():
             raise EngineError(f"no proposer {name!r}; choose one of {', '.join(self.proposer_names())}")
         if name not in self._proposers:
-            self._proposers[name] = self._build(name, progress)
+            try:
+                self._proposers[name] = self._build(name, progress)
+                self.warm_up(self._proposers[name], progress)
+            except EngineError as err:
+                self.refused[name] = str(err)
+                raise
         proposer = self._proposers[name]
         proposer.k = proposer.clamp(k)  # read by the generation at its next step
         return proposer

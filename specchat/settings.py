@@ -85,8 +85,14 @@ class Settings:
                 setattr(settings, f.name, value)
         return settings
 
-    def save(self) -> None:
-        write_atomically(config_dir() / "settings.json", json.dumps(asdict(self), indent=2))
+    def save(self, this_run_only: dict | None = None) -> None:
+        """Write the settings. `this_run_only`: values the command line gave for this run; where a
+        setting still holds its flag's value, the value saved before is written instead."""
+        kept = asdict(self)
+        if this_run_only:
+            before = asdict(Settings.load())
+            kept.update({name: before[name] for name, value in this_run_only.items() if kept[name] == value})
+        write_atomically(config_dir() / "settings.json", json.dumps(kept, indent=2))
 
 
 @dataclass
@@ -107,9 +113,33 @@ class ChatRecord:
         """The turns in the form a chat template takes."""
         return [{"role": m["role"], "content": m["content"]} for m in self.messages]
 
-    def save(self) -> Path:
-        write_atomically(self.path, json.dumps(asdict(self), indent=2, ensure_ascii=False))
+    def save(self, unfinished: dict | None = None) -> Path:
+        """Write the transcript; `unfinished`: a reply still being written, saved after the rest."""
+        data = asdict(self)
+        if unfinished:
+            data["messages"].append(unfinished)
+        write_atomically(self.path, json.dumps(data, indent=2, ensure_ascii=False))
         return self.path
+
+    @classmethod
+    def latest(cls, skip: str = "") -> ChatRecord | None:
+        """The chat saved last with something said in it (ids start with the time they began),
+        other than the one called `skip`; None when there is none that can be read."""
+        for path in sorted((data_dir() / "transcripts").glob("*.json"), reverse=True):
+            if path.stem == skip:
+                continue
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                record = cls(data["model"], data.get("system", ""), list(data["messages"]), data["started"],
+                             path.stem)
+                if record.messages and all(
+                    isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+                    for m in record.messages
+                ):
+                    return record
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
 
     def markdown(self) -> str:
         lines = [f"# specchat · {self.model} · {self.started}", ""]
@@ -118,13 +148,16 @@ class ChatRecord:
         for m in self.messages:
             who = "You" if m["role"] == "user" else "Model"
             lines += [f"## {who}", "", m["content"], ""]
-            if m.get("finished") == "cancelled":
-                lines += ["*(stopped)*", ""]
+            if m.get("finished") in ("cancelled", "unfinished"):
+                lines += [f"*({'stopped' if m['finished'] == 'cancelled' else 'unfinished'})*", ""]
             if m.get("stats"):
                 lines += [f"*{m['stats']}*", ""]
         return "\n".join(lines)
 
     def export(self, path: Path | None = None) -> Path:
-        path = path or data_dir() / "exports" / f"{self.id}.md"
+        """Write the chat as Markdown to `path`: a file, or a folder to write it into."""
+        path = path or data_dir() / "exports"
+        if path.is_dir() or path == data_dir() / "exports":
+            path = path / f"{self.id}.md"
         write_atomically(path, self.markdown(), shared=True)
         return path

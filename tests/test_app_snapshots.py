@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from specchat.app import make_app
 from specchat.settings import Settings
+from tests.pilot import ready, say, until
 from tests.scripted import ScriptedSession
-from tests.test_app import ready, say, until
 
 
 def scripted_app(stepwise: bool = True):

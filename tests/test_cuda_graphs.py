@@ -264,3 +264,19 @@ def test_garbage_collected_during_a_capture_does_not_break_it():
     graph.replay()
     assert torch.equal(out, torch.full_like(x, 2))
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=40),
+                                      SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=4, max_tokens=40)])
+def test_after_warm_up_a_reply_captures_no_graph(sampling):
+    """The chat warms up at load: every graph a reply with these settings replays is captured
+    then, so no reply pays for a capture (or a kernel compile) on first use."""
+    model = on_cuda(tiny_model("qwen3", seed=5), eager=False)
+    draft = on_cuda(tiny_model("qwen3", seed=6), eager=False)
+    for proposer in (None, NgramProposer(k=4), DraftProposer(draft, k=5, sample=True)):
+        model.warm_up(sampling)
+        if proposer is not None:
+            proposer.warm_up(model, sampling)
+        before = len(model.graphs.graphs), len(draft.graphs.graphs)
+        generate(model, PROMPT, sampling, speculative=proposer)
+        assert (len(model.graphs.graphs), len(draft.graphs.graphs)) == before, proposer

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from engine import DFlashProposer, SamplingParams, generate, load_drafter, write_random_drafter
 from engine.runtime.model import Model
-from tests.test_dflash import BLOCK, PROMPT, VOCAB, make_target
+from tests.dflash_target import BLOCK, PROMPT, VOCAB, make_target
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ def to_device(model: Model, eager: bool) -> Model:
 
 
 def states_of(target: Model, drafter, ids: list[int]) -> torch.Tensor:
-    """The target's states at the drafter's capture layers for ids (a throwaway sequence)."""
+    """The target's states at the drafter's state layers for ids (a throwaway sequence)."""
     seq = target.new_sequence()
     target.state_layers = drafter.state_layers
     try:
@@ -157,3 +157,14 @@ def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypa
     for s, ids in zip(drafting, verified[1:]):  # verified[0] is the prompt
         assert isinstance(ids, torch.Tensor) and ids.device.type == "cuda"
         assert ids[1:].tolist() == s.drafts
+
+
+def test_after_warm_up_a_dflash_reply_captures_no_graph(graphed, drafter):
+    """Warming DFlash up captures the drafter's passes and the target's steps that keep its states."""
+    sampling = SamplingParams(max_tokens=40)
+    proposer = DFlashProposer(drafter, k=BLOCK - 1)
+    graphed.warm_up(sampling)
+    proposer.warm_up(graphed, sampling)
+    before = len(graphed.graphs.graphs), len(drafter.graphs.graphs)
+    generate(graphed, PROMPT, sampling, speculative=proposer)
+    assert (len(graphed.graphs.graphs), len(drafter.graphs.graphs)) == before

@@ -85,3 +85,15 @@ def test_the_step_limit_is_defined_once():
                         assigned.append(f"{path.relative_to(ROOT)}:{t.id}")
     assert sorted(assigned) == ["engine/limits.py:MAX_K", "engine/limits.py:MAX_STEP", "engine/limits.py:PAGE_SIZE"]
     assert engine.MAX_K == engine.MAX_STEP - 1
+
+
+def test_tests_share_helpers_through_modules_that_hold_no_tests():
+    """A test module imports nothing from another test module (helpers live in conftest.py,
+    pilot.py, scripted.py and the like), so running one test file never collects another."""
+    borrowed = [
+        f"{path.name}: {node.module}"
+        for path in sorted((ROOT / "tests").glob("*.py"))
+        for node in imports(path)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests.test_")
+    ]
+    assert borrowed == []

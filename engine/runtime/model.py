@@ -19,6 +19,7 @@ from engine.errors import EngineError
 from engine.limits import MAX_STEP, PAGE_SIZE
 from engine.network.config import ModelConfig
 from engine.network.decoder import Decoder, triton_available
+from engine.runtime.kv_budget import check_context
 from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.sampling import TOKEN, SamplingParams, probabilities, sample
 from engine.runtime.step_graphs import StepGraphs
@@ -46,6 +47,7 @@ class Model:
         self.backend = "triton" if self.device.type == "cuda" and triton_available() else "torch"
         num_pages = -(-(self.max_context + MAX_STEP) // PAGE_SIZE)
         graphed = self.backend == "triton" and not self.eager
+        check_context(self.name, cfg, self.max_context, (num_pages + graphed) * PAGE_SIZE, self.dtype, self.device)
         self.pool = PagePool(  # graphs keep one page for themselves: the scratch their warm-ups write
             cfg.num_layers, num_pages + graphed, PAGE_SIZE, cfg.num_kv_heads, cfg.head_dim, self.dtype,
             self.device,
@@ -59,6 +61,15 @@ class Model:
         self.graphs = None
         if graphed:
             self.graphs = StepGraphs(self)
+
+    def warm_up(self, sampling: SamplingParams, noise: int = TOKEN, state_layers: tuple[int, ...] | None = None) -> int:
+        """Compile the kernels and capture the CUDA graphs a reply with these sampling settings
+        will use, now rather than at their first use mid-reply (nothing to do on the CPU or
+        eagerly). state_layers: the hidden-state taps a DFlash drafter will ask for."""
+        if self.graphs is None:
+            return 0
+        layers = self.state_layers if state_layers is None else state_layers
+        return self.graphs.warm_up(sampling, noise, layers)
 
     def new_sequence(self) -> SeqCache:
         return SeqCache(self.pool)

@@ -89,6 +89,16 @@ class StepGraphs:
             graph.replay()
         return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n])
 
+    def warm_up(self, sampling: SamplingParams, noise: int, state_layers: tuple[int, ...] = ()) -> int:
+        """Capture now every graph a reply with these settings can replay: steps of 1..MAX_STEP
+        tokens (decode, verify, a draft model's catch-up) and the decode chain. Returns how many
+        were new (the rest were captured before)."""
+        shapes = [("step", t, tuple(state_layers)) for t in range(1, MAX_STEP + 1)] + [("chain",)]
+        new = [s for s in shapes if (*s, settings_key(sampling), noise) not in self.graphs]
+        for shape in new:
+            self._graph(shape, sampling, noise)
+        return len(new)
+
     def _load(self, pages: list[int], start: int, ids) -> None:
         """One host-to-device copy of the step's inputs (ids too, unless they are on the device)."""
         self.loaded.synchronize()  # the previous copy has left the pinned buffer

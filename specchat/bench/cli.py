@@ -13,7 +13,7 @@ import torch
 
 from engine import RANDOM_DRAFTER, EngineError, SamplingParams, check_k, load_model, load_proposer, offered
 from specchat.bench import report
-from specchat.bench.prompts import load_prompts, prompt_from_file
+from specchat.bench.prompts import Prompt, load_prompts, prompt_from_file
 from specchat.bench.runs import Case, best_k, execute, methods, our_jobs, planned_runs
 from specchat.bench.steps import add_steps_arguments
 from specchat.options import (
@@ -45,7 +45,8 @@ def add_common_arguments(
         default=None,
         help="CPU threads for torch (default: torch's choice; 1 keeps a busy machine's cores from stalling steps)",
     )
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    p.add_argument("--max-tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=max_new_tokens,
+                   help="new tokens per run (as `run` takes it; --max-new-tokens is the same)")
     p.add_argument("--k", type=int, nargs="+", default=ks, metavar="K", help="drafts per step to try")
     p.add_argument("--repeats", type=int, default=repeats, help="timed runs per row (the median is kept)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
@@ -81,7 +82,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     add_common_arguments(p, COMPARE_KS, 128, 1)
-    p.add_argument("--prompt-file", required=True, help="the user message to compare on")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", help="the user message to compare on")
+    given.add_argument("--prompt-file", help="read the user message from a file")
     p.add_argument("--raw", action="store_true", help="no chat template: the file is the text to continue")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -121,7 +124,7 @@ def note(message: str) -> None:
 
 def load_models(args):
     """The target and every proposer the options offer, loaded once (each makes its rows' proposers)."""
-    if args.max_context < 32:
+    if args.max_context is not None and args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     target = load_model(
         args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note,
@@ -136,7 +139,7 @@ def check_settings(args) -> None:
         check_k(k)
     if args.max_new_tokens < 2:
         raise EngineError(
-            f"--max-new-tokens must be at least 2 (decode speed needs a decode step), "
+            f"--max-tokens must be at least 2 (decode speed needs a decode step), "
             f"got {args.max_new_tokens}"
         )
     if args.repeats < 1 or args.warmup < 0:
@@ -301,7 +304,7 @@ def notes(args) -> list[str]:
 def compare(args) -> int:
     """Every available proposer at a few k on the user's prompt: one table, best k marked."""
     check_settings(args)
-    prompt = prompt_from_file(args.prompt_file)
+    prompt = Prompt("prompt", "your prompt", args.prompt) if args.prompt else prompt_from_file(args.prompt_file)
     target, loaded = load_models(args)
     if args.raw:
         ids = target.tokenizer.encode(prompt.text) if target.tokenizer is not None else []

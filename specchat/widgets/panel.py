@@ -13,6 +13,8 @@ from engine import Metrics, Step
 BARS = "▁▂▃▄▅▆▇█"
 KIND_STYLES = {"bonus": "$text-primary", "correction": "$text-warning", "plain": "$text-muted"}
 HISTORY = 30  # steps the sparkline shows
+# A draft model drafts at every step, so no plain step is timed unless asked for: say how.
+NOT_TIMED = "speedup: no plain step timed yet;\nctrl+p to off for one reply times it"
 
 
 class Stats:
@@ -100,7 +102,7 @@ def figures(stats: Stats) -> Content:
         return f"{1000 * seconds / steps:.2f}" if steps else "—"
 
     plain = stats.plain_step_s
-    basis = "plain step  not timed yet" if plain is None else f"plain step {1000 * plain:7.2f} ms"
+    basis = NOT_TIMED if plain is None else f"plain step {1000 * plain:7.2f} ms"
     return Content.assemble(
         Content.styled(f"{'':<12}{'reply':>9}{'session':>10}\n", "bold"),
         row("tokens/step", f"{r.mean_acceptance_length:.2f}", f"{s.mean_acceptance_length:.2f}"),
@@ -118,7 +120,10 @@ def last_step(step: Step | None) -> Content:
     if step is None:
         return Content.styled("last step   —", "$text-muted")
     if not step.drafts:
-        what = ("plain decode", KIND_STYLES["plain"])
+        why = ""
+        if step.proposer != "off":  # a proposer was on: say why this step went without drafts
+            why = f"\n{' ' * 12}{step.proposer} found no match" if step.k else f"\n{' ' * 12}no room to draft"
+        what = ("plain decode" + why, KIND_STYLES["plain"])
     else:
         pad = " " * 12
         what = (

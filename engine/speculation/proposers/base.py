@@ -84,5 +84,9 @@ class Proposer:
     def detach(self, target) -> None:
         """Called when the generation ends or the proposer is switched away."""
 
+    def warm_up(self, target, sampling) -> None:
+        """Compile and capture, now, what drafting for `target` with these sampling settings will
+        run (a draft model's steps, a drafter's pass), so the first reply is as fast as later ones."""
+
     def describe(self) -> str:
         return f"{self.name} k={self.k}"

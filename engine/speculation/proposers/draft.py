@@ -77,6 +77,9 @@ class DraftProposer(Proposer):
         self.context, self.last = list(context), DeviceProposal(torch.cat(tokens), q)
         return self.last
 
+    def warm_up(self, target, sampling: SamplingParams) -> None:
+        self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT)
+
     def describe(self) -> str:
         return f"draft {self.model.name} k={self.k}" + (" sampled" if self.sample else "")
 

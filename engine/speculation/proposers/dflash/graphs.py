@@ -83,6 +83,13 @@ class DrafterGraphs:
         if on_device:
             self.ids[:1].copy_(anchor.view(-1)[-1:])
 
+    def warm_up(self) -> int:
+        """Capture the pass for every count of new states (0..MAX_STEP) now; how many were new."""
+        new = [n for n in range(MAX_STEP + 1) if n not in self.graphs]
+        for n in new:
+            self._graph(n)
+        return len(new)
+
     def _graph(self, n: int):
         if n not in self.graphs:
             self.graphs[n] = self._capture(lambda: self._body(n))
