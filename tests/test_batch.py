@@ -84,15 +84,16 @@ def test_a_sequence_that_fills_the_context_ends_there_as_alone():
 
 
 class Recording(BatchDecoder):
-    """Notes the number of sequences of every decode step."""
+    """Notes the number of sequences and of steps of every decode run."""
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.sizes = []
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.sizes, self.steps = [], []
 
-    def _decode(self, running, sampling):
-        self.sizes.append(len(running))
-        super()._decode(running, sampling)
+    def _decode(self, rows, n, sampling):
+        self.sizes.append(rows.count)
+        self.steps.append(n)
+        super()._decode(rows, n, sampling)
 
 
 def test_finished_sequences_give_their_pages_back_and_waiting_prompts_take_their_place():
