@@ -31,7 +31,7 @@ from engine.batching.steps import EagerRuns
 from engine.errors import EngineError
 from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.sampling import SamplingParams, sample_rows
-from engine.runtime.step_io import BatchLayout, StepContext
+from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
 
 PREFILL_TOKENS = 8192  # prompt tokens packed into one prefill forward
 RUN_STEPS = 8  # decode steps per host wait: the host reads tokens back once per run
@@ -140,15 +140,20 @@ class BatchDecoder:
         """Where the packed prompts write their K/V and find their context (themselves)."""
         device, pool = self.model.device, self.pool
         contexts = [c.slots(0, c.length).to(device) for c in caches]
+        padded = None
+        # one attention call over the prompts padded to the longest, unless padding would more
+        # than double the work (a long prompt among short ones: then one call per prompt)
+        if len(counts) > 1 and len(counts) * max(counts) <= 2 * sum(counts):
+            padded = PaddedPrompts.of(counts, torch.cat(contexts))
+        layout = BatchLayout(None, counts, contexts, padded)
         if self.model.backend == "torch":
-            return StepContext(pool, torch.cat(contexts), None, batch=BatchLayout(None, counts, contexts))
+            return StepContext(pool, torch.cat(contexts), None, batch=layout)
         table = torch.zeros(len(caches), max(len(c.pages) for c in caches), dtype=torch.long)
         for b, c in enumerate(caches):
             table[b, : len(c.pages)] = torch.tensor(c.pages)
-        seq_rows = torch.repeat_interleave(torch.arange(len(caches)), torch.tensor(counts))
+        layout.rows = torch.repeat_interleave(torch.arange(len(caches)), torch.tensor(counts)).to(device)
         first = torch.zeros(len(caches), dtype=torch.long)
-        return StepContext(pool, None, None, True, "triton", table.to(device), first.to(device),
-                           batch=BatchLayout(seq_rows.to(device), counts, contexts))
+        return StepContext(pool, None, None, True, "triton", table.to(device), first.to(device), batch=layout)
 
     def _decode(self, rows: Rows, n: int, sampling) -> None:
         """A run of n steps: every row's latest token, at its position, samples the next, n times."""
