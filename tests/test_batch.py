@@ -131,6 +131,8 @@ def test_bad_prompts_are_refused_with_their_index():
     with pytest.raises(EngineError, match="2 seeds for 1 prompts"):
         generate_batch(model, [[1]], seeds=[1, 2])
     assert generate_batch(model, []) == []
+    with pytest.raises(EngineError, match="steps per run must be at least 1, got 0"):
+        BatchDecoder(model, 2, 32, run_steps=0)
 
 
 def test_the_models_own_pool_is_left_alone():
