@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from engine import BatchDecoder, EngineError, SamplingParams, generate, generate_batch, random_model
+from engine.batching.decode import RUN_STEPS
 from tests.conftest import tiny_config, tiny_model
 
 # Lengths from 1 to 23 tokens, so the sequences of a batch sit at different positions and cross
@@ -84,23 +85,25 @@ def test_a_sequence_that_fills_the_context_ends_there_as_alone():
 
 
 class Recording(BatchDecoder):
-    """Notes the number of sequences of every decode step."""
+    """Notes the number of sequences and of steps of every decode run."""
 
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.sizes = []
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.sizes, self.steps = [], []
 
-    def _decode(self, running, sampling):
-        self.sizes.append(len(running))
-        super()._decode(running, sampling)
+    def _decode(self, rows, n, sampling):
+        self.sizes.append(rows.count)
+        self.steps.append(n)
+        super()._decode(rows, n, sampling)
 
 
-def test_finished_sequences_give_their_pages_back_and_waiting_prompts_take_their_place():
+@pytest.mark.parametrize("run_steps", [1, RUN_STEPS])
+def test_finished_sequences_give_their_pages_back_and_waiting_prompts_take_their_place(run_steps):
     model = tiny_model("llama", seed=3)
     sampling = SamplingParams(temperature=1.0, seed=3, max_tokens=24)
-    # the pool holds 3 sequences of the longest prompt and its budget, no more: 9 prompts only
-    # get through if every finished sequence's pages come back
-    decoder = Recording(model, 3, max(map(len, PROMPTS)) + 24)
+    # the pool holds 3 sequences of the longest prompt, its budget and a run, no more: 9 prompts
+    # only get through if every finished sequence's pages come back
+    decoder = Recording(model, 3, max(map(len, PROMPTS)) + 24, run_steps=run_steps)
     total = decoder.pool.num_free
     stop = [decoder.run(PROMPTS, sampling)[1].tokens[2]]  # a token that ends the second reply early
     decoder.sizes.clear()
@@ -108,12 +111,12 @@ def test_finished_sequences_give_their_pages_back_and_waiting_prompts_take_their
     results = decoder.run(PROMPTS, sampling, stop_ids=stop, on_finish=finished.append)
     assert decoder.pool.num_free == total
     assert sorted(f.index for f in finished) == list(range(len(PROMPTS)))
-    assert finished != sorted(finished, key=lambda f: f.index)  # they end in their own order
+    assert finished[0].reason == "stop"  # heard as it ends, before the others' budgets run out
     assert [f.tokens for f in sorted(finished, key=lambda f: f.index)] == [r.tokens for r in results]
-    # while prompts wait, the batch is full; it drains only at the end
-    steps_while_waiting = len(decoder.sizes) - decoder.sizes[::-1].index(3)
-    assert all(n == 3 for n in decoder.sizes[:steps_while_waiting])
-    assert decoder.sizes[-1] < 3
+    # while prompts wait, the batch is full
+    runs_while_waiting = len(decoder.sizes) - decoder.sizes[::-1].index(3)
+    assert all(n == 3 for n in decoder.sizes[:runs_while_waiting])
+    assert max(decoder.steps) == run_steps
     # a second run on the same decoder starts from a full pool and gives the same replies
     again = decoder.run(PROMPTS, sampling, stop_ids=stop)
     assert [r.tokens for r in again] == [r.tokens for r in results]
@@ -128,6 +131,8 @@ def test_bad_prompts_are_refused_with_their_index():
     with pytest.raises(EngineError, match="2 seeds for 1 prompts"):
         generate_batch(model, [[1]], seeds=[1, 2])
     assert generate_batch(model, []) == []
+    with pytest.raises(EngineError, match="steps per run must be at least 1, got 0"):
+        BatchDecoder(model, 2, 32, run_steps=0)
 
 
 def test_the_models_own_pool_is_left_alone():

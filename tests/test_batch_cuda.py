@@ -1,7 +1,8 @@
-"""Batched decoding on CUDA: the batched attention kernel, the graph ladder, bf16 near-ties (CUDA only).
+"""Batched decoding on CUDA: the batched attention kernel, the graph ladder, runs of steps, bf16 near-ties (CUDA only).
 
 float32: each sequence of a batch gets its batch-1 plain decoding's tokens, through the CUDA
-graphs of the batch-size ladder and eagerly. bfloat16: a batched step multiplies B rows where
+graphs of the batch-size ladder (runs of several replays per host wait) and eagerly; a run
+graph's tokens are those of one step at a time. bfloat16: a batched step multiplies B rows where
 a batch-1 step multiplies one, through other kernels (cuBLAS tiles, the one-row GEMV), and a
 packed prefill rounds differently from a single one, so a row's logits can differ in the last
 bits. The tokens may then part where the two best logits are nearly tied, and only there:
@@ -14,7 +15,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine import SamplingParams, generate, generate_batch
+from engine import BatchDecoder, SamplingParams, generate, generate_batch
+from engine.batching.graphs import BatchGraphs
 from engine.runtime.attention import reference_attention
 from engine.runtime.model import Model
 from tests.conftest import tiny_model
@@ -72,6 +74,29 @@ def test_float32_batch_equals_each_sequence_alone(eager, batch_size):
         for i, (prompt, result) in enumerate(zip(PROMPTS, results)):
             alone = generate(model, prompt, replace(sampling, seed=sampling.seed + i)).tokens
             assert result.tokens == alone, f"prompt {i}"
+
+
+def test_run_graph_tokens_equal_one_step_at_a_time():
+    model = on_cuda(wide_model(3))
+    free = generate_batch(model, PROMPTS, SAMPLED, batch_size=6)
+    stop = [free[0].tokens[10], free[3].tokens[4]]  # some replies end inside a run
+    replies = {}
+    for run_steps in (1, 8):
+        decoder = BatchDecoder(model, 6, max(map(len, PROMPTS)) + SAMPLED.max_tokens, run_steps=run_steps)
+        assert isinstance(decoder.runs, BatchGraphs)
+        replies[run_steps] = [(r.tokens, r.reason) for r in decoder.run(PROMPTS, SAMPLED, stop)]
+    assert replies[8] == replies[1]
+    assert {reason for _, reason in replies[8]} == {"stop", "length"}
+    for i, (prompt, (tokens, _)) in enumerate(zip(PROMPTS, replies[8])):
+        assert tokens == generate(model, prompt, replace(SAMPLED, seed=SAMPLED.seed + i), stop).tokens
+
+
+def test_prompts_of_like_lengths_prefill_in_one_attention_call_as_each_alone():
+    model = on_cuda(wide_model(4))
+    prompts = [[(13 * i + 7 * j) % 500 + 1 for j in range(n)] for i, n in enumerate((60, 64, 50, 61, 57, 64, 33, 40))]
+    results = generate_batch(model, prompts, SAMPLED, batch_size=8)
+    for i, (prompt, result) in enumerate(zip(prompts, results)):
+        assert result.tokens == generate(model, prompt, replace(SAMPLED, seed=SAMPLED.seed + i)).tokens
 
 
 def test_bfloat16_batch_parts_from_alone_only_at_near_ties():

@@ -1,14 +1,16 @@
 """Batched decoding throughput: new tokens/s against batch size, ours and transformers'.
 
-    python bench/gpu/batch_bench.py MODEL.gguf [--batch 16 64 128 256] [--hf-batch 64 256]
+    python bench/gpu/batch_bench.py MODEL.gguf [--batch 16 64 128 256] [--hf-batch 64 256] [--run-steps 8]
 
 MODEL: anything `engine.load_model` takes (a GGUF file, an HF directory, a pack name), loaded
 in bf16 on CUDA. Every run has its own prompts of --prompt-tokens random token ids and samples
 --new-tokens tokens for each (temperature 0.7, top-k 20, top-p 0.8), stop ids off, so every
 sequence writes all of them. A run of batch B decodes --waves x B prompts through
 `BatchDecoder` (continuous batching; the graphs of B are captured in a warm-up run first).
-Columns: end to end (prefill included) and decode alone (the run's time less a run of the same
-prompts with one new token: the prefills). transformers' `generate` runs on a model built from
+Columns: end to end (prefill included), decode alone (the run's time less a run of the same
+prompts with one new token: the prefills), the prefills' seconds, and the time of one decode
+step of the whole batch (decode time over the steps of a wave). --run-steps: decode steps per
+host wait (1: the host looks at every step, for an A/B). transformers' `generate` runs on a model built from
 the same weights (engine/bench/steps.transformers_model), the prompts of the same size.
 """
 
@@ -22,6 +24,7 @@ from dataclasses import replace
 import torch
 
 from engine import BatchDecoder, SamplingParams, load_model
+from engine.batching.decode import RUN_STEPS
 from engine.profile import transformers_model
 
 SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.8, seed=1)
@@ -42,9 +45,10 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def ours(model, batch: int, args) -> tuple[float, float]:
-    """(new tokens/s end to end, decode tokens/s) for batch size `batch`."""
-    decoder = BatchDecoder(model, batch, args.prompt_tokens + args.new_tokens)
+def ours(model, batch: int, args) -> tuple[float, float, float, float]:
+    """(new tokens/s end to end, decode tokens/s, prefill seconds, ms per decode step) for batch
+    size `batch`."""
+    decoder = BatchDecoder(model, batch, args.prompt_tokens + args.new_tokens, run_steps=args.run_steps)
     vocab = model.config.vocab_size
     warm = prompts(batch, args.prompt_tokens, vocab, seed=batch)
     decoder.run(warm, replace(SAMPLING, max_tokens=4))
@@ -57,7 +61,8 @@ def ours(model, batch: int, args) -> tuple[float, float]:
     del decoder
     gc.collect()
     torch.cuda.empty_cache()
-    return new / whole, (new - len(work)) / (whole - prefill)
+    steps = args.waves * (args.new_tokens - 1)
+    return new / whole, (new - len(work)) / (whole - prefill), prefill, 1000 * (whole - prefill) / steps
 
 
 @torch.inference_mode()
@@ -78,22 +83,26 @@ def main() -> None:
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=256)
     p.add_argument("--waves", type=int, default=2, help="prompts per run, in batches (2: the batch refills once)")
+    p.add_argument("--run-steps", type=int, default=RUN_STEPS, help="decode steps per host wait")
     p.add_argument("--device", default="cuda")
     args = p.parse_args()
     model = load_model(args.model, device=args.device, dtype="bfloat16",
                        max_context=args.prompt_tokens + args.new_tokens)
     print(f"{model.name}, bf16, {args.prompt_tokens}-token prompts, {args.new_tokens} new tokens, "
-          f"sampled (T {SAMPLING.temperature}, top-k {SAMPLING.top_k}, top-p {SAMPLING.top_p})")
-    print("| batch | ours, new tok/s | ours, decode tok/s | transformers, new tok/s | ours / transformers |")
-    print("|---|---|---|---|---|")
+          f"sampled (T {SAMPLING.temperature}, top-k {SAMPLING.top_k}, top-p {SAMPLING.top_p}), "
+          f"{args.run_steps} decode steps per host wait")
+    print("| batch | ours, new tok/s | ours, decode tok/s | prefill, s | decode step, ms | transformers, new tok/s "
+          "| ours / transformers |")
+    print("|---|---|---|---|---|---|---|")
     rates = {b: ours(model, b, args) for b in args.batch}
     hf = transformers_model(model) if args.hf_batch else None
     peers = {b: transformers_rate(hf, b, args, model.config.vocab_size) for b in args.hf_batch}
     for b in sorted(set(rates) | set(peers)):
-        new, decode = rates.get(b, (None, None))
+        new, decode, prefill, step = rates.get(b, (None, None, None, None))
         peer = peers.get(b)
-        cells = [f"{new:,.0f}" if new else "-", f"{decode:,.0f}" if decode else "-", f"{peer:,.0f}" if peer else "-",
-                 f"{new / peer:.1f}x" if new and peer else "-"]
+        cells = [f"{new:,.0f}" if new else "-", f"{decode:,.0f}" if decode else "-",
+                 f"{prefill:.2f}" if prefill else "-", f"{step:.2f}" if step else "-",
+                 f"{peer:,.0f}" if peer else "-", f"{new / peer:.1f}x" if new and peer else "-"]
         print(f"| {b} | " + " | ".join(cells) + " |")
     best = max(rates.items(), key=lambda kv: kv[1][0])
     print(f"best: batch {best[0]}, {best[1][0]:,.0f} new tokens/s end to end")

@@ -6,6 +6,7 @@
 #   steps-ab the step bench on this tree and on an older one (.oldtree, carried), alternating,
 #            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
+#   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -45,5 +46,11 @@ steps-ab)
 batch)
   timeout 560 python3 bench/gpu/batch_bench.py $name --batch 16 64 128 256 --hf-batch 64 256 2>&1 \
     | grep -v "Warn\|warn" | tee "$OUT/batch.txt"
+  ;;
+batch-runs)
+  for steps in 1 8; do
+    timeout 280 python3 bench/gpu/batch_bench.py $name --batch 64 256 --hf-batch --run-steps $steps 2>&1 \
+      | grep -v "Warn\|warn" | tee "$OUT/batch-runs-$steps.txt"
+  done
   ;;
 esac

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine.limits import MAX_STEP
-from engine.runtime.step_io import BatchLayout, StepContext
+from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
 
 
 def paged_attention(
@@ -109,12 +109,36 @@ def per_sequence_attention(
     causal: bool,
     scale: float,
 ) -> torch.Tensor:
+    if batch.padded is not None:
+        return padded_prompt_attention(q, k_cache, v_cache, batch.padded, scale)
     counts = batch.queries or [1] * len(batch.contexts)
     out, first = [], 0
     for n, slots in zip(counts, batch.contexts, strict=True):
         out.append(fused_attention(q[first : first + n], k_cache[slots], v_cache[slots], causal, scale))
         first += n
     return torch.cat(out)
+
+
+def padded_prompt_attention(
+    q: torch.Tensor,  # [T, H, D], the prompts' tokens packed, every prompt from position 0
+    k_cache: torch.Tensor,  # [slots, KVH, D] one layer of the pool, the prompts' K/V written
+    v_cache: torch.Tensor,
+    padded: PaddedPrompts,
+    scale: float,
+) -> torch.Tensor:
+    """`per_sequence_attention` of a fresh prefill in one fused call: each prompt a row of the
+    longest one's length, its padding masked out as keys and dropped as queries. [T, H, D]."""
+    h = q.shape[1]
+    keys, values = k_cache[padded.slots], v_cache[padded.slots]  # [B, L, KVH, D]
+    grouped = q.device.type == "cpu"
+    if not grouped:  # as in fused_attention: CUDA's fused kernels take grouped heads only without a mask
+        group = h // keys.shape[2]
+        keys, values = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q[padded.gather].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=padded.mask,
+        scale=scale, enable_gqa=grouped,
+    )  # [B, H, L, D]
+    return out.transpose(1, 2).reshape(-1, h, q.shape[2])[padded.scatter]
 
 
 def batch_attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: StepContext,

@@ -11,12 +11,40 @@ from engine.runtime.kv_cache import PagePool
 
 
 @dataclass
+class PaddedPrompts:
+    """Packed prompts that all start at position 0 (a fresh prefill), laid out for one attention
+    call over [B, longest] padded rows instead of one call per prompt."""
+
+    slots: torch.Tensor  # [B, longest] the K/V slot of each padded place (padding: the first token's)
+    gather: torch.Tensor  # [B, longest] the packed token at each padded place (padding: token 0)
+    mask: torch.Tensor  # [B, 1, longest, longest] query i of a prompt sees key j <= i of the same prompt
+    scatter: torch.Tensor  # [T] the padded place (b * longest + i) of each packed token
+
+    @classmethod
+    def of(cls, counts: list[int], slots: torch.Tensor) -> PaddedPrompts:
+        """counts: each prompt's tokens; slots [T]: their K/V slots, packed in the step's order."""
+        device = slots.device
+        lengths = torch.tensor(counts, device=device)
+        longest = max(counts)
+        places = torch.arange(longest, device=device)
+        real = places[None, :] < lengths[:, None]  # [B, longest]
+        starts = lengths.cumsum(0) - lengths
+        gather = torch.where(real, starts[:, None] + places[None, :], 0)
+        causal = places[None, :] <= places[:, None]  # [query, key]
+        # a padded query still sees its prompt's first key, so no row of the softmax is empty
+        mask = (causal[None] & real[:, None, :])[:, None]
+        scatter = (torch.arange(len(counts), device=device)[:, None] * longest + places[None, :])[real]
+        return cls(slots[gather], gather, mask, scatter)
+
+
+@dataclass
 class BatchLayout:
     rows: torch.Tensor | None  # [T] int64 on the device: the page-table row (sequence) of each token
     queries: list[int] | None = None  # tokens of each sequence in the step, in order (None: one each)
     # each sequence's context slots, positions 0..L-1 (None on CUDA decode: the kernel reads the
     # page table and ctx.start, each sequence's position)
     contexts: list[torch.Tensor] | None = None
+    padded: PaddedPrompts | None = None  # a fresh prefill of several prompts: attention in one call
 
 
 @dataclass
