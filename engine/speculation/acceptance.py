@@ -15,7 +15,7 @@ from engine.limits import MAX_K
 
 FADE = 0.92  # weight left to earlier steps at each new step (about 12 steps' memory)
 PRIOR = 0.5  # a_1 with no evidence
-PRIOR_WEIGHT = 1.0  # in steps' worth of evidence
+PRIOR_WEIGHT = 0.25  # in steps' worth of evidence: the text soon outweighs it
 
 
 class Acceptance:

@@ -7,10 +7,12 @@ E(k) / cost, plain decoding included. Acceptance is estimated per proposer and p
 proposer's own reading of the context (its `bucket`: the n-gram proposer's match length), costs
 from the run's own steps (step_costs.py).
 
-A proposer that loses sits out, so its estimates would stop following the text: after
-`patience` steps out it gets one probe step with its best k. A probe that pays (more tokens per
-second than plain decoding) brings the patience back to its start; one that does not doubles it,
-so on text where a proposer never pays, probes become rare and cost almost nothing.
+A proposer that loses sits out, so its estimates would stop following the text: now and then
+it gets a probe step with its best k. Probes are paid from a budget: each step sat out earns
+PROBE_SHARE of a plain step's time, a probe spends what it cost beyond the plain steps that
+would have made its tokens (a probe that pays refunds). So where a proposer never pays, probing
+costs at most PROBE_SHARE of the time, and a cheap proposer (n-gram) probes far more often than
+an expensive one (a draft model), and comes back as soon as the text turns its way.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from engine.speculation.acceptance import Acceptance, expected_tokens
 from engine.speculation.proposers.base import AUTO, Proposer
 from engine.speculation.step_costs import CostTable, step_costs
 
-PATIENCE = 8  # plain steps before a losing proposer is probed again
-MAX_PATIENCE = 256
+PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost
+MAX_CREDIT = 4.0  # plain steps' time: no burst of probes after a long time out
 
 
 @dataclass
@@ -50,8 +52,9 @@ class Choice:
         return self.rate * self.plain_seconds
 
 
-def best_k(rates: list[float], ks, drafting: Callable[[int], float], verify: Callable[[int], float]
-           ) -> tuple[int, float, float]:
+def best_k(
+    rates: list[float], ks, drafting: Callable[[int], float], verify: Callable[[int], float]
+) -> tuple[int, float, float]:
     """(k, expected tokens, expected seconds) of the k in `ks` with the most tokens per second."""
     best = None
     for k in ks:
@@ -67,8 +70,7 @@ class Estimates:
     def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable]):
         self.buckets: dict[int, Acceptance] = {}
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
-        self.out = 0  # steps sat out since it last drafted
-        self.patience = PATIENCE
+        self.credit = 0.0  # seconds probes may still cost (see PROBE_SHARE)
 
     def acceptance(self, bucket: int) -> Acceptance:
         return self.buckets.setdefault(bucket, Acceptance())
@@ -104,7 +106,7 @@ class AdaptivePolicy:
             option = Choice(proposer, k, tokens, seconds, plain, bucket=bucket)
             if option.rate > best.rate:
                 best = option
-            elif est.out >= est.patience and (overdue is None or est.out > overdue.proposer.estimates.out):
+            elif est.credit >= seconds - plain and (overdue is None or option.rate > overdue.rate):
                 overdue = option
         if best.proposer is None and overdue is not None:
             overdue.probe = True
@@ -118,13 +120,15 @@ class AdaptivePolicy:
         self.verify.add(len(step.drafts) + 1, step.verify_s)
         for proposer in proposers:
             if proposer is not choice.proposer and proposer.estimates is not None:
-                proposer.estimates.out += 1
+                est = proposer.estimates
+                est.credit = min(
+                    est.credit + PROBE_SHARE * choice.plain_seconds, MAX_CREDIT * choice.plain_seconds
+                )
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
-        est.out = 0
         est.drafting.add(choice.k, step.propose_s)
         est.acceptance(choice.bucket).record(len(step.drafts), step.accepted)
         if choice.probe:
-            paid = (step.accepted + 1) * choice.plain_seconds >= step.propose_s + step.verify_s
-            est.patience = PATIENCE if paid else min(2 * est.patience, MAX_PATIENCE)
+            cost = step.propose_s + step.verify_s
+            est.credit -= cost - (step.accepted + 1) * choice.plain_seconds

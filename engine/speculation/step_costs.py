@@ -59,7 +59,8 @@ def step_costs(model) -> CostTable:
     if ref is None or ref() is not model:
         seed = seed_costs(model)
         table = CostTable(lambda n: seed[min(max(n, 1), len(seed)) - 1])
-        _tables[id(model)] = (weakref.ref(model, lambda _, key=id(model): _tables.pop(key, None)), table)
+        key = id(model)
+        _tables[key] = (weakref.ref(model, lambda _: _tables.pop(key, None)), table)
     return table
 
 
@@ -84,8 +85,13 @@ def seed_costs(model) -> list[float]:
 def cache_key(model) -> str:
     device = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "cpu"
     threads = "" if model.device.type == "cuda" else f"-{torch.get_num_threads()}t"
-    parts = [model.name, device + threads, str(model.dtype).removeprefix("torch."), model.backend,
-             f"ctx{model.max_context}"]
+    parts = [
+        model.name,
+        device + threads,
+        str(model.dtype).removeprefix("torch."),
+        model.backend,
+        f"ctx{model.max_context}",
+    ]
     if model.batch_invariant:
         parts.append("invariant")
     if model.eager:
