@@ -102,7 +102,7 @@ def test_proposer_and_k_switching_every_step_with_a_draft_model(target, draft, s
 def test_a_draft_identical_to_the_target_keeps_every_draft_after_sitting_out(target):
     """Checks its rewind after steps it sat out: it must see exactly the target's context."""
     proposer = AutoProposer([DraftProposer(target, k=AUTO), NgramProposer(k=AUTO)])
-    tokens, steps = reply(target, REPEATING, SamplingParams(max_tokens=60), proposer, Cycling())
+    _, steps = reply(target, REPEATING, SamplingParams(max_tokens=60), proposer, Cycling())
     drafted = [s for s in steps if s.proposer == "draft"]
     assert len(drafted) > 5 and all(s.accepted == s.k for s in drafted)
 
