@@ -6,6 +6,8 @@
 #   steps-ab the step bench on this tree and on an older one (.oldtree, carried), alternating,
 #            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
+#   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
+#            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -45,5 +47,8 @@ steps-ab)
 batch)
   timeout 560 python3 bench/gpu/batch_bench.py $name --batch 16 64 128 256 --hf-batch 64 256 2>&1 \
     | grep -v "Warn\|warn" | tee "$OUT/batch.txt"
+  ;;
+adaptive)
+  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 esac
