@@ -42,9 +42,12 @@ def k_position(k: int | str) -> int:
 
 
 def next_k(k: int | str, change: int) -> int | str:
-    """The k control's value `change` places from k."""
+    """The k control's value `change` places from k: one past MAX_K is "auto"; further is out of
+    range (clamp_k brings it back to MAX_K)."""
+    if k == AUTO and change >= 0:
+        return AUTO
     position = k_position(k) + change
-    return AUTO if position > MAX_K else position
+    return AUTO if position == MAX_K + 1 else position
 
 
 def chat_name(spec: ProposerSpec) -> str:
