@@ -23,9 +23,10 @@ from engine.network.config import PRESETS, ModelConfig, preset
 from engine.profile import profile_steps
 from engine.runtime.model import Model, random_model
 from engine.runtime.sampling import SamplingParams
+from engine.speculation.auto import AutoProposer
 from engine.speculation.loop import Generation, Result, Step, generate, stream
 from engine.speculation.metrics import Metrics
-from engine.speculation.proposers.base import Proposal, Proposer, check_k
+from engine.speculation.proposers.base import AUTO, Proposal, Proposer, check_k
 from engine.speculation.proposers.dflash import RANDOM as RANDOM_DRAFTER
 from engine.speculation.proposers.dflash import DFlashProposer, load_drafter, write_random_drafter
 from engine.speculation.proposers.draft import DraftProposer, check_same_vocabulary
@@ -43,8 +44,8 @@ from engine.speculation.registry import (
 )
 
 __all__ = [
-    "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
-    "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
+    "AUTO", "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
+    "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
     "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
     "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "check_k", "check_same_vocabulary",
     "cache_root", "ensure_pack", "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer",

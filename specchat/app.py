@@ -19,7 +19,7 @@ from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
 from specchat.options import check_k_flags, chosen_proposer
-from specchat.session import ChatSession, chat_name, clamp_k
+from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.legend import Legend
@@ -234,7 +234,7 @@ class SpecChat(App):
         self.choose_proposer(names[(names.index(self.proposer_name) + 1) % len(names)])
 
     def action_k(self, change: int) -> None:
-        k = clamp_k(self.settings.k + change)
+        k = clamp_k(next_k(self.settings.k, change))
         if self.proposer_name != "off":
             k = self.session.proposer(self.proposer_name, k).k  # the next step reads it
         self.settings.k = k
@@ -405,7 +405,7 @@ class SpecChat(App):
             self.save_settings()
             self.notify(f"system prompt: {rest}" if rest else "no system prompt")
         elif name == "/k" and rest.isdigit():
-            self.action_k(int(rest) - self.settings.k)
+            self.action_k(int(rest) - k_position(self.settings.k))
             if self.settings.k != int(rest):  # out of range, or beyond what the drafter's block gives
                 self.notify(f"k = {rest} is out of range here: k is {self.settings.k}", severity="warning")
         elif name == "/proposer" and rest in self.session.proposer_names():

@@ -6,8 +6,10 @@ import argparse
 import sys
 
 from engine import (
+    AUTO,
     DTYPES,
     MAX_K,
+    AutoProposer,
     EngineError,
     LoadedProposer,
     ProposerOptions,
@@ -15,6 +17,7 @@ from engine import (
     check_k,
     load_model,
     load_proposer,
+    offered,
     proposer_specs,
 )
 
@@ -42,10 +45,21 @@ def add_need_options(g) -> None:
             g.add_argument(f"--{spec.need.option}", metavar=spec.need.metavar, help=spec.need.help)
 
 
+def k_value(text: str) -> int | str:
+    """A command line's k: a whole number of drafts per step, or auto."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k must be a whole number from 1 to {MAX_K} or auto, got {text!r}") from None
+
+
 def add_proposer_option(g) -> None:
     names = [s.name for s in proposer_specs()]
-    g.add_argument("--proposer", choices=names, default=None,
-                   help="who drafts (default: the one whose --OPTION is given): " + ", ".join(names))
+    g.add_argument("--proposer", choices=[*names, AUTO], default=None,
+                   help="who drafts (default: the one whose --OPTION is given): " + ", ".join(names)
+                   + "; auto: each step, the one expected to pay best among those given")
 
 
 def sampling_from(args) -> SamplingParams:
@@ -106,6 +120,11 @@ def check_k_flags(args) -> None:
 def proposer_from(args, target, progress=progress_line):
     """The proposer the options ask for (None: plain decoding), with k from --speculate or -k."""
     check_k_flags(args)
+    if chosen_proposer(args) == AUTO:
+        k = AUTO if args.k is None else args.k
+        options = proposer_options(args, progress)
+        members = [load_proposer(spec.name, target, options) for spec in offered(sources(args))]
+        return AutoProposer([m.make(k if k == AUTO else min(check_k(k), m.max_k)) for m in members])
     loaded = load_chosen(args, target, progress)
     if loaded is None:  # plain decoding: say so of the flags that only a drafter reads
         unused = [flag for flag, given in (("-k", args.k is not None), ("--sample-drafts", args.sample_drafts))
@@ -150,9 +169,11 @@ def add_model_arguments(p: argparse.ArgumentParser, default_model: str, speculat
 def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("speculation")
     add_proposer_option(s)
-    s.add_argument("--speculate", type=int, metavar="K", help="n-gram (prompt lookup) drafts, K per step")
+    s.add_argument("--speculate", type=k_value, metavar="K",
+                   help="n-gram (prompt lookup) drafts, K per step (auto: chosen each step)")
     add_need_options(s)
-    s.add_argument("-k", type=int, default=None, help="drafts per step (default: the proposer's own)")
+    s.add_argument("-k", type=k_value, default=None,
+                   help="drafts per step, or auto: chosen each step (default: the proposer's own)")
     s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine import (
+    AUTO,
     MAX_K,
     Detokenizer,
     EngineError,
@@ -28,9 +29,26 @@ from specchat.options import load_target, proposer_options, sources
 Post = Callable[[object], object]
 
 
-def clamp_k(k: int, proposer: Proposer | None = None) -> int:
-    """k within 1..MAX_K, and within what the proposer can draft (a DFlash drafter's block)."""
+def clamp_k(k: int | str, proposer: Proposer | None = None) -> int | str:
+    """k within 1..MAX_K, and within what the proposer can draft (a DFlash drafter's block);
+    "auto" stays "auto"."""
+    if k == AUTO:
+        return k
     return proposer.clamp(k) if proposer is not None else max(1, min(MAX_K, k))
+
+
+def k_position(k: int | str) -> int:
+    """Where k sits on the chat's k control: 1 .. MAX_K, then "auto" (chosen each step)."""
+    return MAX_K + 1 if k == AUTO else k
+
+
+def next_k(k: int | str, change: int) -> int | str:
+    """The k control's value `change` places from k: one past MAX_K is "auto"; further is out of
+    range (clamp_k brings it back to MAX_K)."""
+    if k == AUTO and change >= 0:
+        return AUTO
+    position = k_position(k) + change
+    return AUTO if position == MAX_K + 1 else position
 
 
 def chat_name(spec: ProposerSpec) -> str:
@@ -86,8 +104,8 @@ class ChatSession:
     def needs_loading(self, name: str) -> bool:
         return name != "off" and find_spec(name).need is not None and name not in self._proposers
 
-    def proposer(self, name: str, k: int, progress: Callable[[str], None] = print) -> Proposer | None:
-        """The proposer called `name` with k drafts per step (None for "off"). Loads a draft
+    def proposer(self, name: str, k: int | str, progress: Callable[[str], None] = print) -> Proposer | None:
+        """The proposer called `name` with k drafts per step or "auto" (None for "off"). Loads a draft
         model or drafter the first time (slow: call from a thread when `needs_loading`)."""
         if name == "off":
             return None

@@ -90,3 +90,12 @@ def test_command_line_options_override_saved_settings(tmp_path, monkeypatch):
     given, flags = settings_from(parser().parse_args(["chat", "--speculate", "6", "--temperature", "0"]))
     assert (given.temperature, given.proposer, given.k) == (0.0, "n-gram", 6)
     assert flags == {"temperature": 0.0, "proposer": "n-gram", "k": 6}
+
+
+def test_the_k_control_goes_past_its_top_to_auto_and_back():
+    from engine import AUTO, MAX_K
+    from specchat.session import clamp_k, next_k
+
+    assert next_k(MAX_K, 1) == AUTO and next_k(AUTO, 1) == AUTO
+    assert next_k(AUTO, -1) == MAX_K and next_k(4, 1) == 5
+    assert clamp_k(next_k(4, 95)) == MAX_K  # a k typed out of range is not auto

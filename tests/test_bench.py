@@ -349,3 +349,34 @@ def test_a_prompt_file_that_is_not_text_is_a_one_line_error(tmp_path, capsys, ti
     assert "not UTF-8 text" in capsys.readouterr().err
     assert main(["run", "--model", "target", "--prompt-file", str(binary)]) == 1
     assert "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_compare_and_bench_report_auto_beside_the_fixed_rows(tmp_path, capsys, tiny_models, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache"))  # the step costs' one-off timing
+    prompt = tmp_path / "mine.txt"
+    prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
+    options = "--model target --draft draft --device cpu --threads 1 --k 2 auto --max-new-tokens 6 --warmup 0"
+    assert main(["compare", *options.split(), "--prompt-file", str(prompt)]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+    assert [line.split(" | ")[0:2] for line in table] == [
+        ["| plain", "–"],
+        ["| n-gram", "2"],
+        ["| n-gram", "auto"],
+        ["| draft draft", "2"],
+        ["| draft draft", "auto"],
+        ["| auto: n-gram, draft draft", "auto"],
+    ]
+    results, _ = bench(tmp_path, capsys, "--model", "target", "--k", "2", "auto", "--greedy-only")
+    rows = results["rows"]
+    assert {(r["method"], r["k"]) for r in rows} == {("plain", 0), ("ngram", 2), ("ngram", "auto")}
+    assert all(r["same_text"] for r in rows)  # auto never changes the output
+    assert [(b["method"], b["k"]) for b in results["best"]] == [("ngram", 2)]  # best of the fixed k
+
+
+def test_k_auto_on_the_command_line(capsys):
+    from specchat.options import k_value
+
+    assert k_value("auto") == "auto" and k_value("AUTO") == "auto" and k_value("7") == 7
+    with pytest.raises(SystemExit):
+        main(["run", "--speculate", "many", "--prompt", "hi"])
+    assert "k must be a whole number from 1 to 15 or auto, got 'many'" in capsys.readouterr().err

@@ -7,6 +7,8 @@
 #            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
+#   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
+#            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -52,5 +54,8 @@ batch-runs)
     timeout 280 python3 bench/gpu/batch_bench.py $name --batch 64 256 --hf-batch --run-steps $steps 2>&1 \
       | grep -v "Warn\|warn" | tee "$OUT/batch-runs-$steps.txt"
   done
+  ;;
+adaptive)
+  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 esac

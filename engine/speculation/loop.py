@@ -8,7 +8,8 @@ With `last` the latest token, sampled but not yet run through the model, one ste
   4. truncate the cache past the kept tokens: the rejected drafts' pages go back to the pool.
 With no proposer (or k = 0) the same step with no drafts is plain decoding; with no proposer,
 runs of such steps are queued together, each taking its input token from the one before on
-the device, so the host does not stand between them.
+the device, so the host does not stand between them. When k or the proposer is "auto", the
+adaptive policy (adaptive.py) chooses both at the start of each step.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_K
 from engine.runtime.sampling import TOKEN, SamplingParams, accept_tokens
+from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.context_states import context_states
 from engine.speculation.metrics import Metrics
-from engine.speculation.proposers.base import Proposal, Proposer
+from engine.speculation.proposers.base import AUTO, Proposal, Proposer
 
 
 @dataclass
@@ -42,6 +44,8 @@ class Step:
     prefill: bool = False  # the reply's first Step: the prompt's step and the first token
     finished: str | None = None  # "stop", "length", "cancelled" on the last step
     prefill_s: float = 0.0  # the prompt's step, on the prefill Step
+    gain: float | None = None  # k or proposer "auto": the expected speed of the choice over plain
+    probe: bool = False  # k or proposer "auto": drafted to learn whether drafting pays again
 
     @property
     def rejected(self) -> list[int]:
@@ -65,7 +69,9 @@ class Result:
 
 class Generation:
     """An iterator of Steps. `speculative` and `k` may be changed from another thread while it
-    runs: the change takes effect at the next step. `cancel()` stops at the next step."""
+    runs: the change takes effect at the next step. `cancel()` stops at the next step.
+    `policy` chooses the proposer and k of each step when they are "auto" (default:
+    AdaptivePolicy, built at the first such step)."""
 
     def __init__(
         self,
@@ -74,6 +80,7 @@ class Generation:
         sampling: SamplingParams | None = None,
         stop_ids: list[int] | tuple[int, ...] = (),
         speculative: Proposer | None = None,
+        policy=None,
     ):
         if not ids:
             raise EngineError("the prompt is empty")
@@ -82,6 +89,7 @@ class Generation:
         self.sampling = sampling or SamplingParams()
         self.stop_ids = set(stop_ids)
         self.speculative = speculative
+        self.policy = policy
         self.metrics = Metrics()
         self.tokens: list[int] = []
         self._cancel = threading.Event()
@@ -165,11 +173,26 @@ class Generation:
             plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)
         ]
 
+    def _choose(self, context: list[int]) -> Choice:
+        """This step's proposer and k: the active proposer's own, or the policy's when "auto"."""
+        remaining = self.sampling.max_tokens - len(self.tokens)
+        room = self.model.max_context - len(context)
+        limit = max(0, min(MAX_K, remaining - 1, room - 1))
+        active = self._active
+        if active.k != AUTO:
+            return Choice(active, min(active.k, limit))
+        if self.policy is None:
+            self.policy = AdaptivePolicy(self.model)
+        choice = self.policy.choose(active.members, context, limit)
+        for member in active.members:
+            if member is not choice.proposer or choice.k == 0:
+                member.idle(context)
+        return choice
+
     def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
-        model, sampling, proposer = self.model, self.sampling, self._active
-        remaining = sampling.max_tokens - len(self.tokens)
-        room = model.max_context - len(context)
-        k = min(proposer.k if proposer else 0, MAX_K, remaining - 1, room - 1)
+        model, sampling = self.model, self.sampling
+        choice = self._choose(context)
+        proposer, k = choice.proposer, choice.k
         t0 = time.perf_counter()
         start = device_mark(model.device)
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
@@ -197,7 +220,9 @@ class Generation:
         kind = "plain" if not drafts else ("bonus" if accepted == len(drafts) else "correction")
         name = proposer.name if proposer else "off"
         step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
-                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context))
+                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe)
+        if self._active.k == AUTO:
+            self.policy.record(choice, step, self._active.members)
         states = None if out.states is None else out.states[: accepted + 1]
         return step, states
 
@@ -246,7 +271,8 @@ def device_mark(device: torch.device):
 
 
 def stream(model, ids, sampling=None, stop_ids=(), speculative=None) -> Generation:
-    """Iterate the Steps of one reply: `for step in stream(...)`. See `Generation`."""
+    """Iterate the Steps of one reply: `for step in stream(...)`. See `Generation`.
+    speculative=NgramProposer(k="auto") lets each step choose k; AutoProposer([...]) the proposer too."""
     return Generation(model, ids, sampling, stop_ids, speculative)
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import torch
 
-from engine import RANDOM_DRAFTER, EngineError, SamplingParams, check_k, load_model, load_proposer, offered
+from engine import (
+    AUTO,
+    RANDOM_DRAFTER,
+    EngineError,
+    SamplingParams,
+    check_k,
+    load_model,
+    load_proposer,
+    offered,
+)
 from specchat.bench import report
 from specchat.bench.prompts import Prompt, load_prompts, prompt_from_file
 from specchat.bench.runs import Case, best_k, execute, methods, our_jobs, planned_runs
@@ -20,6 +29,7 @@ from specchat.options import (
     BATCH_INVARIANT_HELP,
     add_need_options,
     add_target_options,
+    k_value,
     proposer_options,
     sources,
 )
@@ -47,7 +57,9 @@ def add_common_arguments(
     )
     p.add_argument("--max-tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=max_new_tokens,
                    help="new tokens per run (as `run` takes it; --max-new-tokens is the same)")
-    p.add_argument("--k", type=int, nargs="+", default=ks, metavar="K", help="drafts per step to try")
+    p.add_argument("--k", type=k_value, nargs="+", default=ks, metavar="K",
+                   help="drafts per step to try; auto: chosen each step (and, with several proposers, "
+                   "a row where each step also chooses the proposer)")
     p.add_argument("--repeats", type=int, default=repeats, help="timed runs per row (the median is kept)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
 
@@ -232,7 +244,7 @@ def measure(args, argv: list[str] | None) -> dict:
     jobs = []
     for case in cases:  # ours and theirs side by side, so drift during the run hits both
         jobs += our_jobs(target, [case], method_list)
-        jobs += peer.jobs([case], args.peer_k or args.k) if peer else []
+        jobs += peer.jobs([case], args.peer_k or [k for k in args.k if k != AUTO]) if peer else []
     command = "specchat " + shlex.join(sys.argv[1:] if argv is None else argv)
     environment = report.environment(target.device, target.dtype, command)  # dated at the start
     rows = run_jobs(jobs, args)

@@ -32,11 +32,12 @@ class Prompt:
 
 def source_code() -> str:
     """textwrap.TextWrapper with wrap, fill and shorten, without docstrings or comments."""
-    parts = [
-        inspect.getsource(obj)
-        for obj in (textwrap.TextWrapper, textwrap.wrap, textwrap.fill, textwrap.shorten)
-    ]
-    tree = ast.parse("\n\n".join(parts))
+    return normalised_source([textwrap.TextWrapper, textwrap.wrap, textwrap.fill, textwrap.shorten])
+
+
+def normalised_source(objects) -> str:
+    """The source of classes and functions, without docstrings or comments."""
+    tree = ast.parse("\n\n".join(inspect.getsource(obj) for obj in objects))
     for node in ast.walk(tree):
         if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node) is not None:
             node.body = node.body[1:] or [ast.Pass()]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from engine import EngineError, find_spec
-from specchat.bench.runs import SPECCHAT, TRANSFORMERS, best_k, method_order
+from engine import AUTO, EngineError, find_spec
+from specchat.bench.runs import SPECCHAT, TRANSFORMERS, best_k, k_rank, method_order
 
 SCHEMA = 1
 DASH = "–"
@@ -114,7 +114,7 @@ def merge(runs: list[dict]) -> dict:
             **first["environment"],
             "command": " ; ".join(r["environment"]["command"] for r in runs),
         },
-        "settings": {**first["settings"], "ks": sorted({k for run in runs for k in run["settings"]["ks"]})},
+        "settings": {**first["settings"], "ks": sorted({k for run in runs for k in run["settings"]["ks"]}, key=k_rank)},
         "prompts": list(prompts.values()),
         "notes": list(dict.fromkeys(n for run in runs for n in run.get("notes", []))),
         "rows": rows,
@@ -131,7 +131,7 @@ def fmt(value, spec: str = ".1f", suffix: str = "") -> str:
 
 def sort_key(r: dict):
     order = method_order()
-    return (order.index(r["method"]) if r["method"] in order else len(order), r["k"])
+    return (order.index(r["method"]) if r["method"] in order else len(order), k_rank(r["k"]))
 
 
 def sections(results: dict) -> list[tuple[dict, str]]:
@@ -383,7 +383,7 @@ def write_chart(results: dict, path: Path) -> str | None:
             for engine, style in ((SPECCHAT, "-o"), (TRANSFORMERS, "--x")):
                 for method in method_order()[1:]:
                     line = sorted(
-                        (r for r in here if (r["engine"], r["method"]) == (engine, method)),
+                        (r for r in here if (r["engine"], r["method"]) == (engine, method) and r["k"] != AUTO),
                         key=lambda r: r["k"],
                     )
                     if line and plain:

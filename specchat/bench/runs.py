@@ -16,7 +16,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine import LoadedProposer, Metrics, Proposer, SamplingParams, check_k, proposer_specs, stream
+from engine import (
+    AUTO,
+    MAX_K,
+    AutoProposer,
+    LoadedProposer,
+    Metrics,
+    Proposer,
+    SamplingParams,
+    check_k,
+    proposer_specs,
+    stream,
+)
 from specchat.bench.prompts import Prompt
 
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
@@ -25,7 +36,12 @@ PEER_METHODS = ["draft-heuristic"]  # transformers' rows with no proposer of our
 
 def method_order() -> list[str]:
     """Rows in this order: plain, every registered proposer cheapest first, then peers' own."""
-    return ["plain", *(s.name for s in proposer_specs()), *PEER_METHODS]
+    return ["plain", *(s.name for s in proposer_specs()), AutoProposer.name, *PEER_METHODS]
+
+
+def k_rank(k: int | str) -> int:
+    """Rows of fixed k in order, then k = "auto"."""
+    return MAX_K + 1 if k == AUTO else k
 
 
 @dataclass
@@ -53,8 +69,8 @@ class Case:
 class Method:
     """How one row of ours drafts: `make()` builds a fresh proposer (None: plain decoding)."""
 
-    name: str  # plain, ngram, draft, dflash
-    k: int
+    name: str  # plain, ngram, draft, dflash, auto
+    k: int | str  # drafts per step, or "auto"
     label: str
     make: Callable[[], Proposer | None]
 
@@ -64,23 +80,27 @@ class Job:
     engine: str
     case: Case
     method: str
-    k: int
+    k: int | str
     label: str
     deterministic: bool  # its text must equal plain decoding's, sampled or not
     run: Callable[[], Run]
 
 
-def methods(ks: list[int], loaded: list[LoadedProposer]) -> list[Method]:
+def methods(ks: list[int | str], loaded: list[LoadedProposer]) -> list[Method]:
     """Plain decoding, then every loaded proposer at every k it can draft (k past a proposer's
-    max_k, e.g. a DFlash drafter's block, is skipped)."""
+    max_k, e.g. a DFlash drafter's block, is skipped); with k "auto" among ks and several
+    proposers loaded, also proposer "auto" over all of them."""
     ks = [check_k(k) for k in ks]
     out = [Method("plain", 0, "plain", lambda: None)]
     for proposer in loaded:
         out += [
             Method(proposer.name, k, proposer.label, lambda p=proposer, k=k: p.make(k))
             for k in ks
-            if k <= proposer.max_k
+            if k == AUTO or k <= proposer.max_k
         ]
+    if AUTO in ks and len(loaded) > 1:
+        out.append(Method(AutoProposer.name, AUTO, "auto: " + ", ".join(p.label for p in loaded),
+                          lambda: AutoProposer([p.make(AUTO) for p in loaded])))
     return out
 
 
@@ -96,7 +116,7 @@ def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, pr
         # projects the prompt's target states): that is prefill, so it happens here, off the
         # clock. The proposer keeps what it read; its next proposal starts from there.
         primed = time.perf_counter()
-        proposer.propose([*ids, *first.tokens], 1)
+        proposer.prime([*ids, *first.tokens])
         draft_prefill_s = time.perf_counter() - primed
     start = time.perf_counter()
     for _ in steps:
@@ -232,7 +252,7 @@ def best_k(rows: list[dict]) -> list[dict]:
     """Per engine, prompt, sampling and method: the k with the highest decode speed."""
     best: dict[tuple, dict] = {}
     for r in rows:
-        if r["method"] == "plain":
+        if r["method"] in ("plain", AutoProposer.name) or r["k"] == AUTO:  # best of the fixed settings
             continue
         key = (r["engine"], r["prompt"], r["sampling"], r["method"])
         if key not in best or r["tok_s"] > best[key]["tok_s"]:

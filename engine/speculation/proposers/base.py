@@ -9,12 +9,18 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_K
 
+AUTO = "auto"  # k chosen each step by the adaptive policy (engine/speculation/adaptive.py)
 
-def check_k(k: int, max_k: int = MAX_K, why: str = "") -> int:
+
+def check_k(k: int | str, max_k: int = MAX_K, why: str = "") -> int | str:
     """k itself, or one clear error: drafts per step are 1..max_k (a proposer's own limit, at most
-    MAX_K, for the reason `why`)."""
+    MAX_K, for the reason `why`), or "auto"."""
+    if k == AUTO:
+        return k
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
-        raise EngineError(f"k must be a whole number from 1 to {max_k}{f' ({why})' if why else ''}, got {k!r}")
+        raise EngineError(
+            f"k must be a whole number from 1 to {max_k}{f' ({why})' if why else ''} or auto, got {k!r}"
+        )
     return k
 
 
@@ -53,6 +59,9 @@ class DeviceProposal(Proposal):
 class Proposer:
     """propose(context, k) -> Proposal; observe(context) after each step; reset(context) at the start.
 
+    k is a number of drafts per step, or "auto": then the generation chooses k (0 included)
+    every step, from `estimates` the adaptive policy keeps on the proposer.
+
     `context` is the whole token list: prompt, then every emitted token; its last element is the
     token the target will run next. A proposer may return fewer than k drafts (or none).
     `states` (when the proposer asked the target for hidden states, as DFlash does) holds the
@@ -62,12 +71,37 @@ class Proposer:
     max_k = MAX_K  # the most drafts one proposal can hold (a DFlash drafter's block sets its own)
     max_k_why = ""  # why, when a proposer's own limit is below MAX_K
 
-    def __init__(self, k: int):
+    estimates = None  # what the adaptive policy has learnt of this proposer (k = "auto")
+
+    def __init__(self, k: int | str):
         self.k = check_k(k, self.max_k, self.max_k_why)
 
-    def clamp(self, k: int) -> int:
+    def clamp(self, k: int | str) -> int | str:
         """k brought within 1..max_k (the chat's k control moves freely across proposers)."""
-        return max(1, min(self.max_k, k))
+        return k if k == AUTO else max(1, min(self.max_k, k))
+
+    @property
+    def members(self) -> list[Proposer]:
+        """The proposers a step may draft with (several for proposer "auto")."""
+        return [self]
+
+    def bucket(self, context: list[int]) -> int:
+        """Which acceptance estimates fit the next proposal from `context` (the n-gram proposer:
+        the length of its match); 0 when there is nothing to propose."""
+        return 1
+
+    def drafting_seed(self, k: int, step_cost) -> float:
+        """A first guess of the seconds drafting k tokens takes, before any were timed;
+        step_cost(model) gives a model's table of step costs."""
+        return 0.0
+
+    def prime(self, context: list[int]) -> None:
+        """Read the context ahead of the first step (the bench does this off the clock)."""
+        self.propose(context, 1)
+
+    def idle(self, context: list[int]) -> None:
+        """Called instead of propose on a step this proposer sits out (k = "auto" chose plain
+        decoding or another proposer), before that step runs."""
 
     def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         pass

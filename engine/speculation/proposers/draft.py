@@ -28,7 +28,7 @@ class DraftProposer(Proposer):
 
     name = "draft"
 
-    def __init__(self, model, k: int = 4, sample: bool = False):
+    def __init__(self, model, k: int | str = 4, sample: bool = False):
         super().__init__(k)
         self.model = model
         self.sample = sample
@@ -79,6 +79,9 @@ class DraftProposer(Proposer):
 
     def warm_up(self, target, sampling: SamplingParams) -> None:
         self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT)
+
+    def drafting_seed(self, k: int, step_cost) -> float:
+        return k * step_cost(self.model)(1)  # k one-token steps of the draft model
 
     def describe(self) -> str:
         return f"draft {self.model.name} k={self.k}" + (" sampled" if self.sample else "")

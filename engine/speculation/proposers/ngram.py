@@ -13,7 +13,7 @@ MAX_N = 3
 class NgramProposer(Proposer):
     name = "n-gram"
 
-    def __init__(self, k: int = 4, max_n: int = MAX_N):
+    def __init__(self, k: int | str = 4, max_n: int = MAX_N):
         super().__init__(k)
         self.max_n = max_n
         self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position right after its latest occurrence
@@ -34,19 +34,30 @@ class NgramProposer(Proposer):
                     self.index[tuple(context[end - n + 1 : end + 1])] = end + 1
         self.indexed = max(self.indexed, len(context) - 1)
 
-    def propose(self, context: list[int], k: int) -> Proposal:
+    def match(self, context: list[int]) -> tuple[int, int | None]:
+        """(n, where the continuation starts) for the longest suffix of n tokens seen earlier."""
         self.observe(context)
         for n in range(min(self.max_n, len(context)), 0, -1):
             start = self.index.get(tuple(context[-n:]))
             if start is not None:
-                # Copy forward from the match; past the end of the context keep copying from the
-                # drafts themselves, so a repeating pattern still yields k drafts.
-                drafts: list[int] = []
-                for i in range(k):
-                    j = start + i
-                    drafts.append(context[j] if j < len(context) else drafts[j - len(context)])
-                return Proposal(drafts)
-        return Proposal([])
+                return n, start
+        return 0, None
+
+    def bucket(self, context: list[int]) -> int:
+        # a 3-token match is followed by what followed it far more often than a 1-token one
+        return self.match(context)[0]
+
+    def propose(self, context: list[int], k: int) -> Proposal:
+        _, start = self.match(context)
+        if start is None:
+            return Proposal([])
+        # Copy forward from the match; past the end of the context keep copying from the drafts
+        # themselves, so a repeating pattern still yields k drafts.
+        drafts: list[int] = []
+        for i in range(k):
+            j = start + i
+            drafts.append(context[j] if j < len(context) else drafts[j - len(context)])
+        return Proposal(drafts)
 
 
 SPEC = ProposerSpec(

@@ -25,7 +25,7 @@ class DFlashProposer(Proposer):
 
     name = "dflash"
 
-    def __init__(self, drafter: DFlashDrafter, k: int | None = None):
+    def __init__(self, drafter: DFlashDrafter, k: int | str | None = None):
         self.max_k = drafter.block_size - 1  # one pass drafts a block: the anchor, then B - 1 drafts
         self.max_k_why = f"this drafter's block of {drafter.block_size} gives at most {self.max_k} drafts"
         super().__init__(self.max_k if k is None else k)
@@ -53,6 +53,17 @@ class DFlashProposer(Proposer):
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         self.pending.append(states)
+
+    def idle(self, context: list[int]) -> None:
+        # The pending states may sit in the target's graph outputs, which the step about to run
+        # overwrites: into the drafter's cache with them now.
+        pending, self.pending = self.pending, []
+        if pending:
+            self.drafter.extend(torch.cat(pending))
+
+    def drafting_seed(self, k: int, step_cost) -> float:
+        # one pass over a block, whatever k: about half a target step until it is timed
+        return 0.5 * step_cost(self.drafter.target)(1)
 
     def propose(self, context: list[int], k: int) -> DeviceProposal:
         # The context extension runs here, not in observe, so the loop's propose time is the

@@ -1,0 +1,104 @@
+"""k and proposer "auto" against fixed settings on the GPU (issue 17's figures).
+
+1. The bench's edit and explanation prompts, greedy and sampled: n-gram and the draft model at
+   fixed k and at k auto, and proposer auto with k auto (specchat bench, auto rows beside the
+   fixed ones), then auto's speed over the best fixed k of the same proposer.
+2. The bench's conversation (specchat/bench/conversation.json): total decode time of every fixed
+   (proposer, k), each proposer at k auto, and auto / auto, over all turns.
+
+    python bench/gpu/adaptive.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from engine import AUTO, AutoProposer, ProposerOptions, SamplingParams, load_model, load_proposer
+from specchat.__main__ import main as specchat
+from specchat.bench.conversation import load_turns
+from specchat.bench.runs import timed_generate
+
+KS = [1, 2, 4, 7, 15]
+
+
+def bench_prompts(args) -> None:
+    out = Path(tempfile.mkdtemp())
+    for prompt in ("edit", "explain"):
+        argv = ["bench", "--model", args.model, "--draft", args.draft, "--prompts", prompt, "--no-peers",
+                "--k", *map(str, KS), "auto", "--repeats", "2", "--warmup", "1",
+                "--max-new-tokens", str(args.max_new_tokens), "--out", str(out / prompt)]
+        if specchat(argv) != 0:
+            sys.exit(f"bench of {prompt} failed")
+    rows = [r for p in ("edit", "explain") for r in json.loads((out / p / "bench.json").read_text())["rows"]]
+    print("\n## auto against the best fixed k (same run)\n")
+    print("| prompt | sampling | proposer | best fixed k | its tok/s | auto tok/s | auto / best | same text |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key in sorted({(r["prompt"], r["sampling"]) for r in rows}):
+        here = [r for r in rows if (r["prompt"], r["sampling"]) == key]
+        best_any = max((r for r in here if r["k"] != AUTO and r["method"] != "plain"), key=lambda r: r["tok_s"])
+        for method in ("ngram", "draft", "auto"):
+            auto = next((r for r in here if r["method"] == method and r["k"] == AUTO), None)
+            fixed = [r for r in here if r["method"] == method and r["k"] != AUTO] or [best_any]
+            best = max(fixed, key=lambda r: r["tok_s"])
+            if auto is None:
+                continue
+            who = f"{best['method']} k={best['k']}"
+            print(f"| {key[0]} | {key[1]} | {method} | {who} | {best['tok_s']:.1f} | {auto['tok_s']:.1f} | "
+                  f"{auto['tok_s'] / best['tok_s']:.3f} | {auto['same_text']} |")
+
+
+def conversation(args) -> None:
+    target = load_model(args.model, max_context=8192)
+    options = ProposerOptions({"draft": args.draft})
+    ngram, draft = (load_proposer(name, target, options) for name in ("ngram", "draft"))
+    settings = [("plain", lambda: None)]
+    for loaded in (ngram, draft):
+        settings += [(f"{loaded.name} k={k}", lambda p=loaded, k=k: p.make(k)) for k in [*KS, AUTO]]
+    settings.append(("auto / auto", lambda: AutoProposer([ngram.make(AUTO), draft.make(AUTO)])))
+    turns = load_turns()
+    sampling = SamplingParams(max_tokens=args.max_new_tokens)
+    stop = target.stop_ids()
+    figures = {}
+    for name, make in settings:
+        proposer = make()
+        history, decode_s, tokens = [], 0.0, 0
+        ids = target.encode_chat([{"role": "user", "content": turns[0]}])
+        timed_generate(target, ids, sampling, stop, proposer)  # warm-up, untimed
+        for turn in turns:
+            history.append({"role": "user", "content": turn})
+            run = timed_generate(target, target.encode_chat(history), sampling, stop, proposer)
+            history.append({"role": "assistant", "content": target.tokenizer.decode(run.tokens)})
+            decode_s += run.decode_s
+            tokens += len(run.tokens) - 1
+        figures[name] = (decode_s, tokens)
+        print(f"{name:14} {decode_s:7.3f} s  {tokens:5d} tokens  {tokens / decode_s:7.1f} tok/s", file=sys.stderr)
+    auto_s = figures["auto / auto"][0]
+    print(f"\n## the conversation ({len(turns)} turns, greedy, up to {args.max_new_tokens} tokens a reply)\n")
+    print("| setting | decode s | tokens | tok/s | auto / auto is faster by |")
+    print("|---|---|---|---|---|")
+    for name, (s, n) in figures.items():
+        print(f"| {name} | {s:.3f} | {n} | {n / s:.1f} | {s / auto_s:.3f}x |")
+    fixed = {n: v for n, v in figures.items() if "auto" not in n}
+    best = min(fixed, key=lambda n: fixed[n][0])
+    print(f"\nbest fixed setting: {best}; auto / auto over it: {fixed[best][0] / auto_s:.3f}x (target >= 1.10)")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen2.5-coder-1.5b")
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--part", choices=["prompts", "conversation", "both"], default="both")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("needs CUDA")
+    if a.part in ("prompts", "both"):
+        bench_prompts(a)
+    if a.part in ("conversation", "both"):
+        conversation(a)

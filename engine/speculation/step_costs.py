@@ -1,0 +1,126 @@
+"""What a step of each length costs on this machine: timed once per model, device and dtype, then
+followed as the run goes.
+
+The adaptive policy weighs drafts against time, so it needs the cost of a verify step of every
+length 1..MAX_STEP before it has run most of them. A one-off timing gives that seed (kept in the
+user cache, so later runs start from it at once); the run's own step times then take over through
+a moving average per length, and lengths not run yet follow the seed scaled by how far the
+measured lengths have drifted from it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import weakref
+from collections.abc import Callable
+
+import torch
+
+from engine.limits import MAX_STEP
+from engine.loading.packs import cache_root
+from engine.runtime.sampling import SamplingParams
+
+FORMAT = 1
+FOLLOW = 0.1  # weight of the newest measurement in a moving average
+SEED_CONTEXT = 512  # tokens already in the cache while the seed is timed
+
+
+class CostTable:
+    """Seconds of a step of length n (or of drafting n tokens): the moving average of the times
+    measured at n, else the seed at n times the drift measured elsewhere."""
+
+    def __init__(self, seed: Callable[[int], float]):
+        self.seed = seed
+        self.measured: dict[int, float] = {}
+        self.drift = 1.0  # measured / seed, moving
+
+    def __call__(self, n: int) -> float:
+        if n in self.measured:
+            return self.measured[n]
+        return self.seed(n) * self.drift
+
+    def add(self, n: int, seconds: float) -> None:
+        before = self.measured.get(n)
+        self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
+        seeded = self.seed(n)
+        if seeded > 0:
+            self.drift += FOLLOW * (seconds / seeded - self.drift)
+
+
+_tables: dict[int, tuple[weakref.ref, CostTable]] = {}  # id(model) -> (the model, its table)
+
+
+def step_costs(model) -> CostTable:
+    """The table of step costs of `model` (its seed timed or read from the cache on first use),
+    one per model object for the life of the process."""
+    ref, table = _tables.get(id(model), (None, None))
+    if ref is None or ref() is not model:
+        seed = seed_costs(model)
+        table = CostTable(lambda n: seed[min(max(n, 1), len(seed)) - 1])
+        key = id(model)
+        _tables[key] = (weakref.ref(model, lambda _: _tables.pop(key, None)), table)
+    return table
+
+
+def seed_costs(model) -> list[float]:
+    """Seconds of a step of 1..MAX_STEP tokens, from the cache or timed now (then cached)."""
+    path = cache_root() / "step-costs" / f"{cache_key(model)}.json"
+    try:
+        saved = json.loads(path.read_text())
+        if saved.get("format") == FORMAT and len(saved["seconds"]) == MAX_STEP:
+            return [float(s) for s in saved["seconds"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    seconds = time_steps(model)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"format": FORMAT, "model": model.name, "seconds": seconds}))
+    except OSError:
+        pass  # an unwritable cache only means timing again next run
+    return seconds
+
+
+def cache_key(model) -> str:
+    device = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else "cpu"
+    threads = "" if model.device.type == "cuda" else f"-{torch.get_num_threads()}t"
+    parts = [
+        model.name,
+        device + threads,
+        str(model.dtype).removeprefix("torch."),
+        model.backend,
+        f"ctx{model.max_context}",
+    ]
+    if model.batch_invariant:
+        parts.append("invariant")
+    if model.eager:
+        parts.append("eager")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+
+
+@torch.inference_mode()
+def time_steps(model, repeats: int | None = None) -> list[float]:
+    """The median time of a step of each length 1..MAX_STEP, the host reading its tokens as the
+    generation loop does, after SEED_CONTEXT tokens of context (or what the cache has free: a
+    reply may be holding pages)."""
+    repeats = repeats or (20 if model.device.type == "cuda" else 3)
+    free = model.pool.num_free * model.pool.page_size
+    context = max(1, min(SEED_CONTEXT, model.max_context, free) - MAX_STEP - model.pool.page_size)
+    greedy = SamplingParams()
+    seq = model.new_sequence()
+    try:
+        model.step(seq, [0] * context, greedy, last_only=True)
+        out = []
+        for n in range(1, MAX_STEP + 1):
+            times = []
+            for i in range(repeats + 1):  # the first is a warm-up
+                seq.truncate(context)
+                t0 = time.perf_counter()
+                model.step(seq, [0] * n, greedy).tokens.tolist()
+                if i:
+                    times.append(time.perf_counter() - t0)
+            out.append(sorted(times)[len(times) // 2])
+        return out
+    finally:
+        seq.release()

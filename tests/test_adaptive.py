@@ -1,0 +1,125 @@
+"""The adaptive policy: which k it takes from given acceptance and costs, and how it follows the text."""
+
+import pytest
+
+from engine import AUTO, Proposer, Step
+from engine.speculation.acceptance import Acceptance, expected_tokens
+from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
+from engine.speculation.step_costs import CostTable
+
+PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
+
+
+def verify_cost(n: int) -> float:
+    return PLAIN + 0.02 * (n - 1)  # a verify step of n tokens: a little more than a decode step
+
+
+class Scripted(Proposer):
+    """A proposer whose drafts the test decides; drafting k costs `per_draft` * k."""
+
+    def __init__(self, per_draft: float, name: str = "scripted"):
+        super().__init__(AUTO)
+        self.name, self.per_draft = name, per_draft
+
+    def drafting_seed(self, k, step_cost):
+        return self.per_draft * k
+
+
+def policy() -> AdaptivePolicy:
+    table = CostTable(verify_cost)
+    return AdaptivePolicy(model=None, step_cost=lambda model: table)
+
+
+def run(policy, proposers, steps: int, accept) -> list:
+    """Play `steps` steps: accept(proposer, k) says how many of the chosen k drafts the model keeps;
+    each step takes exactly its modelled cost. Returns the choices."""
+    choices = []
+    for i in range(steps):
+        choice = policy.choose(proposers, [0] * (i + 2), 15)
+        k, who = choice.k, choice.proposer
+        accepted = accept(who, k) if k else 0
+        step = Step(
+            tokens=[1] * (accepted + 1),
+            drafts=[1] * k,
+            accepted=accepted,
+            kind="plain",
+            k=k,
+            proposer=who.name if who else "off",
+            propose_s=who.per_draft * k if who else 0.0,
+            verify_s=verify_cost(k + 1),
+            position=i,
+        )
+        policy.record(choice, step, proposers)
+        choices.append(choice)
+    return choices
+
+
+def test_expected_tokens_count_each_surviving_run_plus_the_models_own_token():
+    assert expected_tokens([1.0] * 15, 7) == 8
+    assert expected_tokens([0.0] * 15, 7) == 1
+    assert expected_tokens([0.8, 0.5, 0.1], 3) == pytest.approx(1 + 0.8 + 0.8 * 0.5 + 0.8 * 0.5 * 0.1)
+
+
+def test_best_k_is_the_hand_computed_one():
+    rates = [0.8, 0.5, 0.1]
+    # k=1: 1.8 tokens / (0.1 + 1.02) s = 1.607; k=2: 2.2 / (0.2 + 1.04) = 1.774;
+    # k=3: 2.24 / (0.3 + 1.06) = 1.647
+    k, tokens, seconds = best_k(rates, range(1, 4), lambda k: 0.1 * k, verify_cost)
+    assert (k, tokens, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
+    # free drafting and flat verify cost: every extra draft pays, however unlikely
+    assert best_k(rates, range(1, 4), lambda k: 0.0, lambda n: 1.0)[0] == 3
+    # costly drafting: one draft only
+    assert best_k(rates, range(1, 4), lambda k: 0.5 * k, verify_cost)[0] == 1
+
+
+def test_acceptance_follows_the_text_and_deep_positions_lean_on_shallow_ones():
+    acc = Acceptance()
+    for _ in range(30):
+        acc.record(drafted=8, accepted=8)
+    assert min(acc.rates()[:8]) > 0.9
+    for _ in range(30):
+        acc.record(drafted=8, accepted=0)
+    assert acc.rates()[0] < 0.15
+    for _ in range(30):  # good again, but drafted one at a time: position 5 was last seen failing
+        acc.record(drafted=1, accepted=1)
+    assert acc.rates()[4] > 0.8
+
+
+def test_choice_is_plain_when_drafting_cannot_pay_and_the_best_k_when_it_can():
+    p = policy()
+    cheap = Scripted(per_draft=0.0)
+    always = run(p, [cheap], 40, lambda who, k: k)
+    assert all(c.k == 15 for c in always[-10:])  # every draft accepted, drafts free: the longest
+    costly = Scripted(per_draft=0.7)
+    p = policy()
+    never = run(p, [costly], 200, lambda who, k: 0)
+    assert all(c.k == 0 for c in never[-20:] if not c.probe)
+
+
+@pytest.mark.parametrize("per_draft", [0.0, 0.3, 0.7])
+def test_falls_back_to_plain_when_drafts_never_match_probing_within_its_budget(per_draft):
+    proposer = Scripted(per_draft)
+    choices = run(policy(), [proposer], 2000, lambda who, k: 0)[20:]  # its estimate has fallen by then
+    lost = sum(c.seconds - PLAIN for c in choices if c.k)  # beyond the plain step each draft step replaced
+    assert lost <= 1.2 * PROBE_SHARE * len(choices) * PLAIN
+    assert sum(1 for c in choices if c.k) >= 2  # but it keeps probing
+
+
+@pytest.mark.parametrize("per_draft", [0.0, 0.3])
+def test_comes_back_when_drafts_match_again(per_draft):
+    proposer = Scripted(per_draft)
+    p = policy()
+    run(p, [proposer], 500, lambda who, k: 0)
+    choices = run(p, [proposer], 300, lambda who, k: k)
+    back = next(i for i, c in enumerate(choices) if c.k >= 8 and not c.probe)
+    assert back < 250
+    assert all(c.k >= 8 for c in choices[back + 10 :])
+
+
+def test_auto_proposer_takes_the_member_whose_drafts_pay():
+    ngram, draft = Scripted(0.0, "n-gram"), Scripted(0.3, "draft")
+    p = policy()
+    copying = run(p, [ngram, draft], 60, lambda who, k: k if who is ngram else 0)
+    assert all(c.proposer is ngram for c in copying[-20:])
+    prose = run(p, [ngram, draft], 300, lambda who, k: 0 if who is ngram else min(k, 3))
+    assert sum(c.proposer is draft for c in prose[-50:]) >= 45
