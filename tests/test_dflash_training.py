@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from engine import SamplingParams, generate, load_drafter, random_model, DFlashProposer
+from engine import DFlashProposer, EngineError, SamplingParams, generate, generate_batch, load_drafter, random_model
 from engine.speculation.proposers.dflash.files import drafter_config
-from engine.speculation.proposers.dflash.network import DFlashDrafter
+from engine.speculation.proposers.dflash.network import DFlashDrafter, zlab_weight_shapes
 from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
     attention_mask,
@@ -16,7 +16,9 @@ from engine.speculation.proposers.dflash.training.blocks import (
     labels,
     sample_anchors,
 )
+from engine.speculation.proposers.dflash.training.evaluate import measure_tau
 from engine.speculation.proposers.dflash.training.forward import drafter_hidden, target_states
+from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
 from tests.conftest import tiny_config
 
 BLOCK = 8
@@ -91,3 +93,91 @@ def test_expected_accepted_counts_the_run_of_right_drafts():
     correct = torch.tensor([[[True, True, False, True], [False, True, True, True]]])
     assert expected_accepted(correct, torch.tensor([[True, True]])) == pytest.approx(1 + (2 + 0) / 2)
     assert expected_accepted(correct, torch.tensor([[True, False]])) == pytest.approx(3.0)
+
+
+def looping_target():
+    """A target whose attention adds nothing: each token's successor depends on that token alone,
+    so its greedy replies fall into short loops, a pattern a drafter can learn in a few steps."""
+    target = make_target()
+    with torch.no_grad():
+        for layer in target.decoder.layers:
+            layer.self_attn.o_proj.weight.zero_()
+    return target
+
+
+def random_prompts(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 30, (int(torch.randint(6, 14, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """The target's own greedy replies to 48 random prompts (self-distillation), and 6 held-out prompts."""
+    target = looping_target()
+    prompts = random_prompts(48, seed=0)
+    replies = generate_batch(target, prompts, SamplingParams(temperature=0.0, max_tokens=48), batch_size=48)
+    samples = [Sample(p + r.tokens, len(p)) for p, r in zip(prompts, replies, strict=True)]
+    return target, samples, random_prompts(6, seed=1)
+
+
+def settings(**kw):
+    base = dict(num_layers=2, block_size=BLOCK, anchors=24, batch_size=4, steps=30, learning_rate=1e-2,
+                warmup_steps=5, max_length=128, init_std=0.1)
+    return TrainSettings(**{**base, **kw})
+
+
+def test_a_short_run_learns_to_draft_the_targets_replies(corpus, tmp_path):
+    target, samples, held_out = corpus
+    trainer = Trainer(target, samples, settings(), tmp_path / "drafter")
+    trainer.checkpoint()  # the untrained drafter, as it starts
+    before = measure_tau(target, load_drafter(str(tmp_path / "drafter"), target), held_out, 40, stop_ids=[])
+    losses = []
+    trainer.run(lambda report: losses.append(report.loss))
+    drafter = load_drafter(str(tmp_path / "drafter"), target)  # through z-lab's files, as --dflash loads it
+    after = measure_tau(target, drafter, held_out, 40, stop_ids=[])
+    assert len(losses) == 30
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+    assert before < 1.5 and after > before + 2.0, (before, after)
+    for ids in held_out:  # drafted or not, the reply is plain decoding's
+        plain = generate(target, ids, SamplingParams(temperature=0.0, max_tokens=40))
+        drafted = generate(target, ids, SamplingParams(temperature=0.0, max_tokens=40),
+                           speculative=DFlashProposer(drafter))
+        assert drafted.tokens == plain.tokens
+
+
+def test_a_resumed_run_reaches_the_uninterrupted_runs_weights(corpus, tmp_path):
+    target, samples, _ = corpus
+    whole = Trainer(target, samples, settings(steps=12), tmp_path / "whole")
+    whole.run()
+    Trainer(target, samples, settings(steps=12), tmp_path / "parts").run(stop_after=5)
+    resumed = Trainer(target, samples, settings(steps=12), tmp_path / "parts", resume=True)
+    assert resumed.state.step == 5
+    resumed.run()
+    assert [h[3:] for h in resumed.state.history] == [h[3:] for h in whole.state.history]  # loss, tau
+    for (name, a), (_, b) in zip(whole.drafter.state_dict().items(), resumed.drafter.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_the_written_drafter_is_in_zlab_format(corpus, tmp_path):
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(steps=1), tmp_path / "d")
+    trainer.run()
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["block_size"] == BLOCK
+    assert config["dflash_config"]["target_layer_ids"] == list(trainer.drafter.target_layer_ids)
+    names = set(safe_open_keys(tmp_path / "d" / "model.safetensors"))
+    assert names == set(zlab_weight_shapes(trainer.drafter.config))
+
+
+def test_resume_without_a_checkpoint_says_so(corpus, tmp_path):
+    target, samples, _ = corpus
+    with pytest.raises(EngineError, match="nothing to resume"):
+        Trainer(target, samples, settings(), tmp_path / "none", resume=True)
+
+
+def safe_open_keys(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())

@@ -134,14 +134,16 @@ class Trainer:
         })
         save_drafter(self.drafter, self.out, self.target.dtype)
 
-    def run(self, on_step: Callable[[StepReport], None] | None = None) -> RunState:
-        """Train until the steps are done or the time budget is spent; checkpoint and write the drafter."""
+    def run(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None) -> RunState:
+        """Train until the steps are done, the time budget is spent or `stop_after` steps of this
+        run have passed; then checkpoint and write the drafter."""
         s, state = self.settings, self.state
+        last_step = state.total if stop_after is None else min(state.total, state.step + stop_after)
         budget = s.minutes * 60 if s.minutes else float("inf")
         last_checkpoint = time.perf_counter()
         self.target.state_layers = self.drafter.state_layers
         try:
-            while state.step < state.total and state.seconds < budget:
+            while state.step < min(last_step, state.total) and state.seconds < budget:
                 started = time.perf_counter()
                 report = self.step()
                 state.seconds += time.perf_counter() - started
@@ -187,7 +189,7 @@ class Trainer:
         state.step += 1
         state.samples += len(batch)
         state.tokens += sum(len(x.ids) for x in batch)
-        return StepReport(state.step, state.total, float(loss), tau, state.samples, state.tokens, state.seconds, lr)
+        return StepReport(state.step, state.total, float(loss.detach()), tau, state.samples, state.tokens, state.seconds, lr)
 
     def _next_batch(self) -> list[Sample]:
         """The next samples in this epoch's fixed order (a new order each epoch, from the seed)."""
