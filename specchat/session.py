@@ -62,8 +62,9 @@ class ChatSession:
 
     def proposer_names(self) -> list[str]:
         """The proposers this chat can offer, in the order a key cycles through them: those that
-        need nothing, and those whose need (a draft model, a drafter) was given."""
-        return ["off", *(chat_name(spec) for spec in offered(sources(self.args)))]
+        need nothing, and those whose need (a draft model, a drafter) was given or is in the cache
+        for the loaded model (a DFlash drafter `specchat train-dflash` wrote)."""
+        return ["off", *(chat_name(spec) for spec in offered(sources(self.args), self.model))]
 
     def needs_loading(self, name: str) -> bool:
         return name != "off" and find_spec(name).need is not None and name not in self._proposers

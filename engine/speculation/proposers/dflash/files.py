@@ -12,6 +12,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.loading.loader import hub_snapshot, looks_like_hub_id, read_safetensors
+from engine.loading.packs import PACKS, cache_root
 from engine.speculation.proposers.dflash.network import (
     DFlashConfig,
     DFlashDrafter,
@@ -47,6 +48,19 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     drafter.name = Path(path_or_hub_id.rstrip("/")).name
     drafter.bind(target, target.max_context)
     return drafter
+
+
+def cached_drafter_dir(model_name: str) -> Path:
+    """Where `specchat train-dflash` keeps the drafter it trains for a pack: <cache>/<pack>/dflash."""
+    return cache_root() / model_name / "dflash"
+
+
+def find_cached_drafter(target) -> str | None:
+    """The drafter trained for this target's pack, when the cache holds one."""
+    if target.name not in PACKS:
+        return None
+    folder = cached_drafter_dir(target.name)
+    return str(folder) if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")) else None
 
 
 def check_fits(cfg: DFlashConfig, target) -> None:
