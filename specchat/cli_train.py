@@ -39,6 +39,8 @@ def add_train_arguments(p) -> None:
                                                                 "e.g. a greedy and a sampled file")
     p.add_argument("--layers", type=int, default=5, help="drafter layers (default 5)")
     p.add_argument("--minutes", type=float, default=None, help="time budget of the training (resumes included)")
+    p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
+                   help="end this call after MINUTES (checkpointed; --resume continues the same schedule)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps", type=int, default=None, help="total steps (default: the epochs, or the budget)")
     p.add_argument("--batch-size", type=int, default=4, help="samples per step (default 4)")
@@ -55,8 +57,7 @@ def dflash_prompts(args) -> int:
         raise EngineError(f"--count must be at least 1, got {args.count}")
     lines = build_prompts(args.count, args.seed, held_out=args.held_out)
     with open(args.out, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     print(f"specchat: {len(lines)} prompts written to {args.out}", file=sys.stderr)
     return 0
 
@@ -86,7 +87,8 @@ def train(args) -> int:
             bar.update(task, total=report.total, completed=report.step, loss=report.loss, tau=report.tau,
                        rate=report.samples / max(report.seconds, 1e-9), left=max(left, 0.0))
 
-        state = train_dflash(target, args.prompts, args.replies, out, settings, resume=args.resume, on_step=show)
+        state = train_dflash(target, args.prompts, args.replies, out, settings, resume=args.resume, on_step=show,
+                             stop_after_minutes=args.stop_after)
     print(f"specchat: drafter written to {out} after {state.step} steps, {state.samples} samples, "
           f"{state.seconds / 60:.1f} minutes (load it with --dflash {out})", file=sys.stderr)
     return 0

@@ -6,7 +6,15 @@ import json
 import pytest
 import torch
 
-from engine import DFlashProposer, EngineError, SamplingParams, generate, generate_batch, load_drafter, random_model
+from engine import (
+    DFlashProposer,
+    EngineError,
+    SamplingParams,
+    generate,
+    generate_batch,
+    load_drafter,
+    random_model,
+)
 from engine.speculation.proposers.dflash.files import drafter_config
 from engine.speculation.proposers.dflash.network import DFlashDrafter, zlab_weight_shapes
 from engine.speculation.proposers.dflash.training.blocks import (
@@ -122,8 +130,8 @@ def corpus():
 
 
 def settings(**kw):
-    base = dict(num_layers=2, block_size=BLOCK, anchors=24, batch_size=4, steps=30, learning_rate=1e-2,
-                warmup_steps=5, max_length=128, init_std=0.1)
+    base = {"num_layers": 2, "block_size": BLOCK, "anchors": 24, "batch_size": 4, "steps": 30,
+            "learning_rate": 1e-2, "warmup_steps": 5, "max_length": 128, "init_std": 0.1}
     return TrainSettings(**{**base, **kw})
 
 

@@ -60,8 +60,7 @@ def interleaved(files: list[tuple[str, str, Path]], rng: random.Random) -> list[
 
 def write_jsonl(path: str | Path, lines: list[dict]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -127,13 +126,13 @@ def write_data_card(folder: str | Path, card: dict) -> None:
     (folder / "data-card.json").write_text(json.dumps(card, indent=2))
     rows = [
         "# Training data of this DFlash drafter", "",
-        f"{card['samples']} samples ({card['prompts']} prompts from {card['modules']} modules), "
-        f"{card['prompt_tokens']:,} prompt tokens and {card['reply_tokens']:,} reply tokens written by the "
-        f"target itself; samples cut at {card['max_length']} tokens.", "",
+        (f"{card['samples']} samples ({card['prompts']} prompts from {card['modules']} modules), "
+         f"{card['prompt_tokens']:,} prompt tokens and {card['reply_tokens']:,} reply tokens written by the "
+         f"target itself; samples cut at {card['max_length']} tokens."), "",
         "Sources: " + ", ".join(f"{k} ({v})" for k, v in card["sources"].items()) + ".", "",
         "Tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(card["tasks"].items())) + ".", "",
-        "Kept out: the bench's modules (" + ", ".join(card["excluded"]["bench_modules"]) + "), the held-out "
-        "modules used for evaluation (" + ", ".join(card["excluded"]["held_out_modules"]) + "), private "
-        "modules and the folders " + ", ".join(card["excluded"]["folders"]) + ".", "",
+        ("Kept out: the bench's modules (" + ", ".join(card["excluded"]["bench_modules"]) + "), the held-out "
+         "modules used for evaluation (" + ", ".join(card["excluded"]["held_out_modules"]) + "), private "
+         "modules and the folders " + ", ".join(card["excluded"]["folders"]) + "."), "",
     ]
     (folder / "DATA.md").write_text("\n".join(rows))

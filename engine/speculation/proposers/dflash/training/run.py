@@ -9,7 +9,13 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.speculation.proposers.dflash.training.checkpoint import NAME
 from engine.speculation.proposers.dflash.training.data import data_card, read_samples, write_data_card
-from engine.speculation.proposers.dflash.training.trainer import CHECKPOINTS, RunState, StepReport, Trainer, TrainSettings
+from engine.speculation.proposers.dflash.training.trainer import (
+    CHECKPOINTS,
+    RunState,
+    StepReport,
+    Trainer,
+    TrainSettings,
+)
 
 CPU_LIMIT = 200_000_000  # target parameters past which a CPU run would take days
 
@@ -32,9 +38,11 @@ def train_dflash(
     settings: TrainSettings | None = None,
     resume: bool = False,
     on_step: Callable[[StepReport], None] | None = None,
+    stop_after_minutes: float | None = None,
 ) -> RunState:
     """Train a drafter for `target` on its own replies, written to `out` in z-lab's format
-    (config.json, model.safetensors) with its data card; resume=True continues a run there."""
+    (config.json, model.safetensors) with its data card; resume=True continues a run there.
+    stop_after_minutes ends this call early (checkpointed), for a run split over several calls."""
     check_machine(target)
     settings = settings or TrainSettings()
     out = Path(out)
@@ -43,4 +51,4 @@ def train_dflash(
     samples = read_samples(target, prompts, replies)
     write_data_card(out, data_card(prompts, replies, samples, settings.max_length))
     trainer = Trainer(target, samples, settings, out, resume=resume)
-    return trainer.run(on_step)
+    return trainer.run(on_step, stop_after_seconds=None if stop_after_minutes is None else stop_after_minutes * 60)

@@ -11,6 +11,7 @@ beside the checkpoint each time.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -133,13 +134,20 @@ class Trainer:
             "run": asdict(self.state),
         })
         save_drafter(self.drafter, self.out, self.target.dtype)
+        # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau] rows
+        (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
+            {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history}))
 
-    def run(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None) -> RunState:
-        """Train until the steps are done, the time budget is spent or `stop_after` steps of this
-        run have passed; then checkpoint and write the drafter."""
+    def run(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None,
+            stop_after_seconds: float | None = None) -> RunState:
+        """Train until the steps are done, the time budget is spent, or this call has run
+        `stop_after` steps or `stop_after_seconds` (a run split over calls: resume it later);
+        then checkpoint and write the drafter."""
         s, state = self.settings, self.state
         last_step = state.total if stop_after is None else min(state.total, state.step + stop_after)
         budget = s.minutes * 60 if s.minutes else float("inf")
+        if stop_after_seconds is not None:
+            budget = min(budget, state.seconds + stop_after_seconds)
         last_checkpoint = time.perf_counter()
         self.target.state_layers = self.drafter.state_layers
         try:
@@ -148,7 +156,7 @@ class Trainer:
                 report = self.step()
                 state.seconds += time.perf_counter() - started
                 report.seconds = state.seconds
-                self._fit_budget(budget)
+                self._fit_budget(s.minutes * 60 if s.minutes else float("inf"))
                 report.total = state.total
                 state.history.append([report.step, report.samples, round(report.seconds, 2),
                                       round(report.loss, 4), round(report.tau, 3)])
