@@ -75,10 +75,13 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
         ck = rotate(attn.k_norm(ck.unflatten(-1, (s.num_kv_heads, s.head_dim))), context_at, s.head_dim,
                     s.rope_theta)
         cv, v = cv.unflatten(-1, (s.num_kv_heads, s.head_dim)), v.unflatten(-1, (s.num_kv_heads, s.head_dim))
-        keys = torch.cat([ck, k], dim=1).transpose(1, 2)  # [b, KVH, S + Q, D]
-        values = torch.cat([cv, v], dim=1).transpose(1, 2)
+        # K/V heads repeated for their query heads: with a mask, grouped heads would send CUDA's
+        # SDPA to its slow math kernel
+        group = s.num_heads // s.num_kv_heads
+        keys = torch.cat([ck, k], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)  # [b, H, S + Q, D]
+        values = torch.cat([cv, v], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
-                                             scale=attn.scale, enable_gqa=True)  # [b, H, Q, D]
+                                             scale=attn.scale)  # [b, H, Q, D]
         x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     return drafter.norm(x)
