@@ -8,7 +8,7 @@ This module is the engine's one door: front ends import only the names in `__all
 The rooms behind it (docs/ARCHITECTURE.md): network/ (what a model computes), loading/ (files,
 packs, tokenizers), runtime/ (steps, KV cache, sampling, CUDA graphs), batching/ (many sequences per step),
 kernels/ (Triton),
-speculation/ (the loop, metrics, the proposers and their registry).
+speculation/ (the loop, metrics, the proposers and their registry; DFlash drafters' training).
 """
 
 from engine.batching.decode import BatchDecoder, Finished, generate_batch
@@ -28,7 +28,17 @@ from engine.speculation.loop import Generation, Result, Step, generate, stream
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import AUTO, Proposal, Proposer, check_k
 from engine.speculation.proposers.dflash import RANDOM as RANDOM_DRAFTER
-from engine.speculation.proposers.dflash import DFlashProposer, load_drafter, write_random_drafter
+from engine.speculation.proposers.dflash import (
+    DFlashProposer,
+    cached_drafter_dir,
+    load_drafter,
+    save_drafter,
+    write_random_drafter,
+)
+from engine.speculation.proposers.dflash.training.data import build_prompts
+from engine.speculation.proposers.dflash.training.evaluate import measure_tau
+from engine.speculation.proposers.dflash.training.run import train_dflash
+from engine.speculation.proposers.dflash.training.trainer import StepReport, TrainSettings
 from engine.speculation.proposers.draft import DraftProposer, check_same_vocabulary
 from engine.speculation.proposers.ngram import NgramProposer
 from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
@@ -47,8 +57,9 @@ __all__ = [
     "AUTO", "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
     "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
     "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
-    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "check_k", "check_same_vocabulary",
-    "cache_root", "ensure_pack", "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer",
-    "missing", "offered", "pack_dir", "preset", "profile_steps", "proposer_specs", "random_model", "register", "stream",
-    "unregister", "write_random_drafter",
+    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "StepReport", "TrainSettings",
+    "build_prompts", "cache_root", "cached_drafter_dir", "check_k", "check_same_vocabulary", "ensure_pack",
+    "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer", "measure_tau",
+    "missing", "offered", "pack_dir", "preset", "profile_steps", "proposer_specs", "random_model", "register",
+    "save_drafter", "stream", "train_dflash", "unregister", "write_random_drafter",
 ]

@@ -1,4 +1,4 @@
-"""specchat command line: chat (default), run, generate, bench, compare, pull."""
+"""specchat command line: chat (default), run, generate, bench, compare, pull, dflash-prompts, train-dflash."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from engine import EngineError
 from specchat.bench.chat_options import add_chat_arguments
 from specchat.bench.cli import add_bench_arguments, add_compare_arguments, add_steps_arguments
 from specchat.cli_generate import add_generate_arguments, generate
+from specchat.cli_train import add_prompts_arguments, add_train_arguments, dflash_prompts, train
 from specchat.options import add_model_arguments
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -46,6 +47,10 @@ def parser() -> argparse.ArgumentParser:
     add_chat_arguments(chat_bench)
     compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
     add_compare_arguments(compare)
+    prompts = sub.add_parser("dflash-prompts", help="training prompts for a DFlash drafter, from code installed here")
+    add_prompts_arguments(prompts)
+    train = sub.add_parser("train-dflash", help="train a DFlash drafter for a model on its own replies")
+    add_train_arguments(train)
     pull = sub.add_parser("pull", help="fetch and assemble an offline model pack ahead of use")
     pull.add_argument("name", nargs="?", default=None, help="pack name (no name: list packs)")
     return p
@@ -66,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             return run(args)
         if args.command == "generate":
             return generate(args)
+        if args.command == "dflash-prompts":
+            return dflash_prompts(args)
+        if args.command == "train-dflash":
+            return train(args)
         if args.command == "pull":
             from specchat.cli_run import pull
 

@@ -97,8 +97,9 @@ class ChatSession:
 
     def proposer_names(self) -> list[str]:
         """The proposers this chat can offer, in the order a key cycles through them: those that
-        need nothing, and those whose need (a draft model, a drafter) was given and loaded."""
-        names = ["off", *(chat_name(spec) for spec in offered(sources(self.args)))]
+        need nothing, and those whose need (a draft model, a drafter) was given or is in the cache
+        for the loaded model (a DFlash drafter `specchat train-dflash` wrote), less those refused at load."""
+        names = ["off", *(chat_name(spec) for spec in offered(sources(self.args), self.model))]
         return [name for name in names if name not in self.refused]
 
     def needs_loading(self, name: str) -> bool:

@@ -19,7 +19,7 @@ from engine.errors import EngineError
 from engine.limits import MAX_STEP, PAGE_SIZE
 from engine.network.config import ModelConfig
 from engine.network.decoder import Decoder, triton_available
-from engine.runtime.kv_budget import check_context
+from engine.runtime.kv_budget import check_context, default_context
 from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.sampling import TOKEN, SamplingParams, probabilities, sample
 from engine.runtime.step_graphs import StepGraphs
@@ -187,4 +187,5 @@ def random_model(cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int 
         else:
             torch.nn.init.normal_(p, 0.0, std)
     decoder.to(dtype).eval()
+    kw.setdefault("max_context", default_context(cfg))  # as load_model's default: within the positions
     return Model(decoder, cfg, name=f"random-{cfg.model_type}", **kw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.errors import EngineError
@@ -52,14 +52,23 @@ def find_spec(name: str) -> ProposerSpec:
     raise EngineError(f"no proposer {name!r}; choose one of {known}")
 
 
-def offered(sources: dict[str, str | None]) -> list[ProposerSpec]:
-    """The proposers the user's options allow: those that need nothing, and those whose need was given."""
-    return [s for s in proposer_specs() if s.need is None or sources.get(s.need.option)]
+def given(spec: ProposerSpec, sources: dict[str, str | None], target=None) -> str | None:
+    """The value of the spec's need: as the user gave it, else as the spec finds it for `target`."""
+    value = sources.get(spec.need.option)
+    if not value and target is not None and spec.find is not None:
+        value = spec.find(target)
+    return value
 
 
-def missing(sources: dict[str, str | None]) -> dict[str, str]:
+def offered(sources: dict[str, str | None], target=None) -> list[ProposerSpec]:
+    """The proposers the user's options allow: those that need nothing, and those whose need was
+    given (or, with the loaded target, found: a drafter trained for it in the cache)."""
+    return [s for s in proposer_specs() if s.need is None or given(s, sources, target)]
+
+
+def missing(sources: dict[str, str | None], target=None) -> dict[str, str]:
     """Why each proposer that is not offered is missing (label -> reason)."""
-    return {s.label: s.need.missing for s in proposer_specs() if s.need and not sources.get(s.need.option)}
+    return {s.label: s.need.missing for s in proposer_specs() if s.need and not given(s, sources, target)}
 
 
 @dataclass
@@ -89,6 +98,9 @@ class LoadedProposer:
 def load_proposer(name: str, target, options: ProposerOptions) -> LoadedProposer:
     """Load what proposer `name` drafts with (slow for a draft model or drafter: once per run)."""
     spec = find_spec(name)
-    if spec.need and not options.sources.get(spec.need.option):
-        raise EngineError(f"{spec.label} needs --{spec.need.option} {spec.need.metavar}")
+    if spec.need:
+        value = given(spec, options.sources, target)
+        if not value:
+            raise EngineError(f"{spec.label} needs --{spec.need.option} {spec.need.metavar}")
+        options = replace(options, sources={**options.sources, spec.need.option: value})
     return LoadedProposer(spec, spec.load(target, options))

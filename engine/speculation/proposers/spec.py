@@ -53,3 +53,6 @@ class ProposerSpec:
     default_k: int = 4
     order: int = 100  # place in lists: the cheapest proposer first
     describe: Callable[[Any], str] | None = None  # (loaded) -> a row label, e.g. "draft qwen-0.5b"
+    # (target) -> a value for the need found without the user giving it (a drafter trained for
+    # this target in the cache), or None
+    find: Callable[[Any], str | None] | None = None

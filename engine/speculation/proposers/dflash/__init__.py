@@ -8,7 +8,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
+from engine.speculation.proposers.dflash.files import (
+    cached_drafter_dir,
+    find_cached_drafter,
+    load_drafter,
+    save_drafter,
+    write_random_drafter,
+)
 from engine.speculation.proposers.dflash.proposer import DFlashProposer
 from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
 
@@ -38,6 +44,8 @@ SPEC = ProposerSpec(
     default_k=15,
     order=30,
     describe=lambda drafter: "DFlash (random weights)" if drafter.random else "DFlash",
+    find=find_cached_drafter,
 )
 
-__all__ = ["RANDOM", "SPEC", "DFlashProposer", "load_drafter", "write_random_drafter"]
+__all__ = ["RANDOM", "SPEC", "DFlashProposer", "cached_drafter_dir", "load_drafter", "save_drafter",
+           "write_random_drafter"]

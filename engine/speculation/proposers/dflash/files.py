@@ -12,6 +12,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.loading.loader import hub_snapshot, looks_like_hub_id, read_safetensors
+from engine.loading.packs import PACKS, cache_root
 from engine.speculation.proposers.dflash.network import (
     DFlashConfig,
     DFlashDrafter,
@@ -49,6 +50,19 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     return drafter
 
 
+def cached_drafter_dir(model_name: str) -> Path:
+    """Where `specchat train-dflash` keeps the drafter it trains for a pack: <cache>/<pack>/dflash."""
+    return cache_root() / model_name / "dflash"
+
+
+def find_cached_drafter(target) -> str | None:
+    """The drafter trained for this target's pack, when the cache holds one."""
+    if target.name not in PACKS:
+        return None
+    folder = cached_drafter_dir(target.name)
+    return str(folder) if (folder / "config.json").is_file() and any(folder.glob("*.safetensors")) else None
+
+
 def check_fits(cfg: DFlashConfig, target) -> None:
     t, s = target.config, cfg.shape
     if s.hidden_size != t.hidden_size:
@@ -76,24 +90,13 @@ def check_fits(cfg: DFlashConfig, target) -> None:
         raise EngineError(f"drafter block_size {cfg.block_size}: specchat verifies blocks of 2 to 16 tokens")
 
 
-def write_random_drafter(
-    directory: str | Path,
-    target,
-    num_layers: int = 5,
-    block_size: int = 16,
-    mask_token_id: int | None = None,
-    seed: int = 0,
-    std: float = 0.02,
-) -> Path:
-    """Write a random-weight drafter for `target` in z-lab's format (config.json + model.safetensors).
-
-    Its drafts are noise: it shows that the DFlash path runs and what a pass costs, never how
-    well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do; it reads
-    distinct target layers, by z-lab's rule where the target is deep enough for it."""
-    from safetensors.torch import save_file
-
+def drafter_config(target, num_layers: int = 5, block_size: int = 16, mask_token_id: int | None = None
+                   ) -> DFlashConfig:
+    """A drafter shaped like z-lab's for `target`: layers of the target's width, reading distinct
+    target layers (z-lab's rule where the target is deep enough for it); the mask token is the
+    last vocabulary row unless given (Qwen vocabularies end in rows no text uses)."""
     t = target.config
-    cfg = DFlashConfig.from_zlab(
+    return DFlashConfig.from_zlab(
         {
             "block_size": block_size,
             "num_target_layers": t.num_layers,
@@ -112,6 +115,40 @@ def write_random_drafter(
             "vocab_size": t.vocab_size,
         }
     )
+
+
+def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write a drafter in z-lab's format: config.json and model.safetensors under z-lab's names
+    (what `load_drafter`, z-lab's model class, vLLM and SGLang read). The file is written under
+    another name and renamed, so a reader never finds half of it."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.to(dtype) for k, v in drafter.zlab_state().items()}
+    save_file(tensors, str(directory / "model.safetensors.partial"))
+    os.replace(directory / "model.safetensors.partial", directory / "model.safetensors")
+    (directory / "config.json").write_text(json.dumps(drafter.config.to_zlab(), indent=2))
+    return directory
+
+
+def write_random_drafter(
+    directory: str | Path,
+    target,
+    num_layers: int = 5,
+    block_size: int = 16,
+    mask_token_id: int | None = None,
+    seed: int = 0,
+    std: float = 0.02,
+) -> Path:
+    """Write a random-weight drafter for `target` in z-lab's format (config.json + model.safetensors).
+
+    Its drafts are noise: it shows that the DFlash path runs and what a pass costs, never how
+    well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do; it reads
+    distinct target layers, by z-lab's rule where the target is deep enough for it."""
+    from safetensors.torch import save_file
+
+    cfg = drafter_config(target, num_layers, block_size, mask_token_id)
     gen = torch.Generator().manual_seed(seed)
     tensors = {}
     for name, shape in zlab_weight_shapes(cfg).items():

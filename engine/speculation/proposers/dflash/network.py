@@ -335,3 +335,24 @@ class DFlashDrafter(nn.Module):
                 torch.cat([tensors[m + "gate_proj.weight"], tensors[m + "up_proj.weight"]])
             )
             own[m + "down_proj.weight"].copy_(tensors[m + "down_proj.weight"])
+
+    @torch.no_grad()
+    def zlab_state(self) -> dict[str, torch.Tensor]:
+        """The weights under z-lab's names, the fused projections split back (load_zlab_state's inverse)."""
+        own = {k: v.detach() for k, v in self.named_parameters()}
+        s = self.config.shape
+        q, kv = s.num_heads * s.head_dim, s.num_kv_heads * s.head_dim
+        tensors = {name: own[name] for name in ("fc.weight", "hidden_norm.weight", "norm.weight")}
+        for i in range(s.num_layers):
+            p = f"layers.{i}."
+            a, m = p + "self_attn.", p + "mlp."
+            for name in ("input_layernorm", "post_attention_layernorm"):
+                tensors[p + name + ".weight"] = own[p + name + ".weight"]
+            qkv = own[a + "qkv_proj.weight"].split([q, kv, kv])
+            tensors.update({a + f"{x}_proj.weight": w for x, w in zip("qkv", qkv, strict=True)})
+            for name in ("o_proj", "q_norm", "k_norm"):
+                tensors[a + name + ".weight"] = own[a + name + ".weight"]
+            gate, up = own[m + "gate_up_proj.weight"].chunk(2)
+            tensors[m + "gate_proj.weight"], tensors[m + "up_proj.weight"] = gate, up
+            tensors[m + "down_proj.weight"] = own[m + "down_proj.weight"]
+        return {k: v.contiguous().cpu() for k, v in tensors.items()}

@@ -1,0 +1,56 @@
+"""Tokens per step (tau) of trained DFlash drafters at k = 15, greedy, on the bench's edit and
+explanation prompts and on held-out prompts (code the drafter never trained on), beside a
+random-weight drafter of the same shape. Prints one table; writes it as JSON with --json.
+
+    python bench/gpu/dflash_tau.py qwen2.5-coder-1.5b DRAFTER_DIR [DRAFTER_DIR ...] \
+        --held-out eval.jsonl --max-tokens 256 --json tau.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+
+from engine import load_drafter, load_model, measure_tau, write_random_drafter
+from specchat.bench.prompts import builtin_prompts
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("drafters", nargs="+")
+    p.add_argument("--held-out", required=True, help="prompts JSONL from `specchat dflash-prompts --held-out`")
+    p.add_argument("--held-out-count", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    assert torch.cuda.is_available(), "run this on the GPU machine"
+    target = load_model(args.model, max_context=4096)
+    builtin = builtin_prompts()
+    sets = {name: [target.encode_chat([{"role": "user", "content": builtin[name].text}])] for name in ("edit", "explain")}
+    lines = [json.loads(x) for x in Path(args.held_out).read_text().splitlines() if x.strip()]
+    sets["held-out"] = [target.encode_chat(x["messages"]) for x in lines[: args.held_out_count]]
+    layers = json.loads((Path(args.drafters[0]) / "config.json").read_text())["num_hidden_layers"]
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        random_dir = write_random_drafter(Path(tmp) / "random", target, num_layers=layers)
+        for name, folder in [("random", str(random_dir)), *[(d, d) for d in args.drafters]]:
+            drafter = load_drafter(folder, target)
+            rows[name] = {s: measure_tau(target, drafter, ids, args.max_tokens, k=15) for s, ids in sets.items()}
+            del drafter
+            torch.cuda.empty_cache()
+    print(f"\ntau (tokens per step, bonus included) at k = 15, greedy, {args.max_tokens} new tokens, {args.model}")
+    print(f"{'drafter':<48}" + "".join(f"{s:>12}" for s in sets))
+    for name, row in rows.items():
+        print(f"{name[-48:]:<48}" + "".join(f"{row[s]:>12.2f}" for s in sets))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, "max_tokens": args.max_tokens, "tau": rows},
+                                              indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""The training data: prompts made here from installed code, replies made by the target itself.
+
+`build_prompts` writes chat tasks (tasks.py) on code units (sources.py) as lines `specchat
+generate` reads ({"id", "messages", "task", "module", "source"}); the target answers them there,
+greedy and sampled, in batches. `read_samples` joins the prompts with the replies into token
+sequences through the target's own chat template, the one it will serve with. `data_card`
+says what went in and what was kept out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.speculation.proposers.dflash.training.sources import (
+    BENCH_MODULES,
+    HELD_OUT_MODULES,
+    SKIPPED_FOLDERS,
+    code_units,
+    roots,
+    source_files,
+)
+from engine.speculation.proposers.dflash.training.tasks import make_task
+from engine.speculation.proposers.dflash.training.trainer import Sample
+
+UNITS_PER_FILE = 3  # spread the prompts over many files rather than the longest ones
+
+
+def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dict]:
+    """`count` prompt lines (fewer if the code runs out), from the training modules, or from the
+    held-out ones with held_out=True. The same count and seed give the same lines."""
+    rng = random.Random(seed)
+    lines = []
+    for source, module, path in interleaved(source_files(held_out), rng):
+        units = code_units(source, module, path)
+        for unit in rng.sample(units, min(UNITS_PER_FILE, len(units))):
+            kind, message = make_task(unit, rng)
+            prefix = "eval" if held_out else "train"
+            lines.append({"id": f"{prefix}-{len(lines)}", "messages": [{"role": "user", "content": message}],
+                          "task": kind, "module": module, "source": source})
+            if len(lines) == count:
+                return lines
+    return lines
+
+
+def interleaved(files: list[tuple[str, str, Path]], rng: random.Random) -> list[tuple[str, str, Path]]:
+    """The files shuffled within each source, then taken from each source in turn, so the
+    standard library is as present as the (larger) installed packages."""
+    by_source: dict[str, list] = {}
+    for f in files:
+        by_source.setdefault(f[0], []).append(f)
+    for group in by_source.values():
+        rng.shuffle(group)
+    groups = list(by_source.values())
+    return [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+
+
+def write_jsonl(path: str | Path, lines: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise EngineError(f"cannot read {path}: {err}") from None
+    lines = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise EngineError(f"{path} line {number}: not JSON ({err.msg})") from None
+    return lines
+
+
+def read_samples(target, prompts_path: str | Path, replies_paths: list[str | Path]) -> list[Sample]:
+    """One sample per reply: the prompt's messages through the target's chat template, then the
+    reply's token ids as the target generated them (its stop token included)."""
+    prompts = {p["id"]: p for p in read_jsonl(prompts_path) if "messages" in p}
+    samples = []
+    for path in replies_paths:
+        for reply in read_jsonl(path):
+            prompt = prompts.get(reply.get("id"))
+            if prompt is None:
+                raise EngineError(f"{path}: reply {reply.get('id')!r} has no prompt in {prompts_path}")
+            ids = target.encode_chat(prompt["messages"])
+            samples.append(Sample(ids + list(reply["tokens"]), len(ids)))
+    if not samples:
+        raise EngineError(f"no replies in {', '.join(map(str, replies_paths))}: run specchat generate first")
+    return samples
+
+
+def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples: list[Sample],
+              max_length: int) -> dict:
+    """What the drafter was trained on: sources, counts, tokens, and what was kept out."""
+    prompts = read_jsonl(prompts_path)
+    return {
+        "sources": {name: str(root) for name, root in roots()},
+        "prompts": len(prompts),
+        "prompt_files": str(prompts_path),
+        "reply_files": [str(p) for p in replies_paths],
+        "tasks": dict(Counter(p.get("task", "?") for p in prompts)),
+        "by_source": dict(Counter(p.get("source", "?") for p in prompts)),
+        "modules": len({p.get("module") for p in prompts}),
+        "samples": len(samples),
+        "prompt_tokens": sum(s.reply_start for s in samples),
+        "reply_tokens": sum(len(s.ids) - s.reply_start for s in samples),
+        "max_length": max_length,
+        "excluded": {
+            "bench_modules": list(BENCH_MODULES),
+            "held_out_modules": list(HELD_OUT_MODULES),
+            "folders": sorted(SKIPPED_FOLDERS),
+            "private_modules": "names starting with an underscore",
+        },
+    }
+
+
+def write_data_card(folder: str | Path, card: dict) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "data-card.json").write_text(json.dumps(card, indent=2))
+    rows = [
+        "# Training data of this DFlash drafter", "",
+        (f"{card['samples']} samples ({card['prompts']} prompts from {card['modules']} modules), "
+         f"{card['prompt_tokens']:,} prompt tokens and {card['reply_tokens']:,} reply tokens written by the "
+         f"target itself; samples cut at {card['max_length']} tokens."), "",
+        "Sources: " + ", ".join(f"{k} ({v})" for k, v in card["sources"].items()) + ".", "",
+        "Tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(card["tasks"].items())) + ".", "",
+        ("Kept out: the bench's modules (" + ", ".join(card["excluded"]["bench_modules"]) + "), the held-out "
+         "modules used for evaluation (" + ", ".join(card["excluded"]["held_out_modules"]) + "), private "
+         "modules and the folders " + ", ".join(card["excluded"]["folders"]) + "."), "",
+    ]
+    (folder / "DATA.md").write_text("\n".join(rows))

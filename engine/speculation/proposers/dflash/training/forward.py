@@ -1,0 +1,105 @@
+"""The drafter's training forward: every block of a batch in one pass, with gradients.
+
+The serving path (network.py) keeps context K/V in a paged cache and runs one block at a time
+under inference mode. Training computes the same function for many blocks at once: the context
+K/V of every position come from the target's states (fc, hidden_norm, then each layer's k/v
+projection, k_norm and RoPE, exactly as `DFlashDrafter._extend`), the blocks' own K/V from
+their layers, and one attention mask (blocks.attention_mask) gives each block its view. The
+same parameters serve both paths, so what is trained here is what drafts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.network.decoder import rope, rope_tables
+from engine.speculation.proposers.dflash.network import DFlashDrafter
+from engine.speculation.proposers.dflash.training.blocks import (
+    Blocks,
+    attention_mask,
+    block_ids,
+    block_positions,
+    expected_accepted,
+    labels,
+    position_weights,
+)
+
+
+@torch.no_grad()
+def target_states(target, ids: list[int]) -> torch.Tensor:
+    """The target's residual stream after each of its state_layers for every token of ids,
+    [len(ids), n * H] (no_grad, not inference mode: the drafter's graph reads them)."""
+    seq = target.new_sequence()
+    try:
+        seq.append(len(ids))
+        ctx = target.context(seq, 0, len(ids))
+        tokens = torch.tensor(ids, dtype=torch.long, device=target.device)
+        positions = torch.arange(len(ids), device=target.device)
+        _, states = target.decoder(tokens, positions, ctx, state_layers=target.state_layers)
+        return states
+    finally:
+        seq.release()
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
+    """RoPE over x [b, T, heads, D] at positions [b, T]."""
+    b, t = positions.shape
+    cos, sin = rope_tables(positions.reshape(-1), head_dim, theta, x.dtype)
+    return rope(x.reshape(b * t, *x.shape[2:]), cos, sin).view_as(x)
+
+
+def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: torch.Tensor, blocks: Blocks
+                   ) -> torch.Tensor:
+    """Final-normed hidden states of every block position [b, N * B, H].
+    states [b, S, len(state_layers) * H], as the target keeps them (each layer once, in order);
+    ids [b, S]."""
+    s = drafter.config.shape
+    b, length = ids.shape
+    cfg = drafter.config
+    queries_at = block_positions(blocks, cfg.block_size)  # [b, Q]
+    context_at = torch.arange(length, device=ids.device).expand(b, -1)
+    mask = attention_mask(blocks, length, cfg.block_size)
+    if drafter.state_order != list(range(len(drafter.state_layers))):  # fc reads the config's order
+        states = states.unflatten(-1, (len(drafter.state_layers), s.hidden_size))[:, :, drafter.state_order]
+        states = states.flatten(2)
+    features = drafter.hidden_norm(drafter.fc(states))  # [b, S, H]
+    x = embed(block_ids(ids, blocks, cfg.block_size, cfg.mask_token_id))  # [b, Q, H]
+    for layer in drafter.layers:
+        attn = layer.self_attn
+        q, k, v = attn.qkv_proj(layer.input_layernorm(x)).split([attn.q_size, attn.kv_size, attn.kv_size], -1)
+        ck, cv = F.linear(features, attn.qkv_proj.weight[attn.q_size :]).split(attn.kv_size, -1)
+        q = rotate(attn.q_norm(q.unflatten(-1, (s.num_heads, s.head_dim))), queries_at, s.head_dim, s.rope_theta)
+        k = rotate(attn.k_norm(k.unflatten(-1, (s.num_kv_heads, s.head_dim))), queries_at, s.head_dim,
+                   s.rope_theta)
+        ck = rotate(attn.k_norm(ck.unflatten(-1, (s.num_kv_heads, s.head_dim))), context_at, s.head_dim,
+                    s.rope_theta)
+        cv, v = cv.unflatten(-1, (s.num_kv_heads, s.head_dim)), v.unflatten(-1, (s.num_kv_heads, s.head_dim))
+        # K/V heads repeated for their query heads: with a mask, grouped heads would send CUDA's
+        # SDPA to its slow math kernel
+        group = s.num_heads // s.num_kv_heads
+        keys = torch.cat([ck, k], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)  # [b, H, S + Q, D]
+        values = torch.cat([cv, v], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                             scale=attn.scale)  # [b, H, Q, D]
+        x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return drafter.norm(x)
+
+
+def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
+               loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, float]:
+    """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
+    expected tokens per step (tau) their greedy drafts would give."""
+    bs = drafter.config.block_size
+    b, n = blocks.anchors.shape
+    hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks)
+    hidden = hidden.view(b, n, bs, -1)[:, :, 1:]  # position 0 holds the anchor: nothing to predict
+    logits = target.decoder.lm_head(hidden).float()  # [b, N, B-1, V]
+    wanted, counted = labels(ids, loss_mask, blocks, bs)
+    weights = position_weights(bs, gamma, ids.device) * counted
+    loss = F.cross_entropy(logits.flatten(0, 2), wanted.flatten(), reduction="none")
+    loss = (loss * weights.flatten()).sum() / weights.sum().clamp(min=1e-6)
+    correct = (logits.detach().argmax(-1) == wanted) & counted
+    return loss, expected_accepted(correct, blocks.keep)
+

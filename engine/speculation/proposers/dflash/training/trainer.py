@@ -1,0 +1,227 @@
+"""The training loop: the target frozen, the drafter learning to draft the target's own replies.
+
+Each step takes `batch_size` samples in a fixed shuffled order, runs the target over them for
+its hidden states, samples anchors, and takes one AdamW step on the blocks' weighted loss (bf16
+autocast on CUDA). Everything that decides the next step (weights, optimizer moments, step, data
+position, the anchors' generator) is checkpointed every few minutes and at the end, so `resume`
+reaches the same weights an uninterrupted run would. The drafter is written in z-lab's format
+beside the checkpoint each time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import EngineError
+from engine.speculation.proposers.dflash.files import drafter_config, save_drafter
+from engine.speculation.proposers.dflash.network import DFlashDrafter
+from engine.speculation.proposers.dflash.training.blocks import sample_anchors
+from engine.speculation.proposers.dflash.training.checkpoint import load_checkpoint, save_checkpoint
+from engine.speculation.proposers.dflash.training.forward import block_loss, target_states
+from engine.speculation.proposers.dflash.training.schedule import learning_rate
+
+CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
+
+
+@dataclass
+class Sample:
+    ids: list[int]  # the prompt through the chat template, then the target's reply
+    reply_start: int  # ids[reply_start:] is the reply: the tokens the loss covers
+
+
+@dataclass
+class TrainSettings:
+    num_layers: int = 5
+    block_size: int = 16
+    anchors: int = 256  # blocks per sample per step
+    gamma: float = 7.0  # loss weight exp(-(i-1)/gamma) along the block
+    learning_rate: float = 6e-4
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    batch_size: int = 4  # samples per step
+    max_length: int = 2048  # longer samples are cut
+    epochs: int = 1
+    steps: int | None = None  # total steps (default: the epochs' worth, or what --minutes allows)
+    minutes: float | None = None  # time budget of the whole training, resumed runs included
+    checkpoint_minutes: float = 5.0
+    seed: int = 0
+    mask_token_id: int | None = None
+    init_std: float = 0.02
+
+
+@dataclass
+class StepReport:
+    step: int
+    total: int
+    loss: float
+    tau: float  # expected tokens per step of this step's blocks (greedy drafts)
+    samples: int  # seen since the start, resumed runs included
+    tokens: int
+    seconds: float  # training time since the start
+    learning_rate: float
+
+
+@dataclass
+class RunState:
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # next sample's place in this epoch's order
+    samples: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    total: int = 0
+    history: list = field(default_factory=list)
+
+
+class Trainer:
+    def __init__(self, target, samples: list[Sample], settings: TrainSettings, out: str | Path,
+                 resume: bool = False):
+        if not samples:
+            raise EngineError("no training samples")
+        if target.max_context < settings.max_length + settings.block_size:
+            raise EngineError(f"the target's context of {target.max_context} tokens is under the samples' "
+                              f"{settings.max_length} (raise --max-context or lower --max-length)")
+        self.target, self.samples, self.settings = target, samples, settings
+        self.out = Path(out)
+        for p in target.decoder.parameters():
+            p.requires_grad_(False)
+        self.device = target.device
+        self.autocast = self.device.type == "cuda"
+        checkpoint = load_checkpoint(self.out / CHECKPOINTS) if resume else None
+        if checkpoint is not None:
+            settings = self.settings = TrainSettings(**{**checkpoint["settings"], "minutes": settings.minutes,
+                                                        "checkpoint_minutes": settings.checkpoint_minutes})
+        cfg = drafter_config(target, settings.num_layers, settings.block_size, settings.mask_token_id)
+        self.drafter = DFlashDrafter(cfg).to(self.device, torch.float32)
+        self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=settings.learning_rate,
+                                           weight_decay=settings.weight_decay, betas=(0.9, 0.95))
+        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.state = RunState(total=settings.steps or self._epoch_steps())
+        if checkpoint is None:
+            self._initialise()
+        else:
+            self._restore(checkpoint)
+
+    def _epoch_steps(self) -> int:
+        return self.settings.epochs * -(-len(self.samples) // self.settings.batch_size)
+
+    @torch.no_grad()
+    def _initialise(self) -> None:
+        for name, p in self.drafter.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, self.settings.init_std, generator=self.generator)
+
+    def _restore(self, checkpoint: dict) -> None:
+        self.drafter.load_state_dict(checkpoint["drafter"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.generator.set_state(checkpoint["generator"])
+        self.state = RunState(**checkpoint["run"])
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.out / CHECKPOINTS, {
+            "settings": asdict(self.settings), "drafter": self.drafter.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+            "run": asdict(self.state),
+        })
+        save_drafter(self.drafter, self.out, self.target.dtype)
+        # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau] rows
+        (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
+            {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history}))
+
+    def run(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None,
+            stop_after_seconds: float | None = None) -> RunState:
+        """Train until the steps are done, the time budget is spent, or this call has run
+        `stop_after` steps or `stop_after_seconds` (a run split over calls: resume it later);
+        then checkpoint and write the drafter."""
+        s, state = self.settings, self.state
+        last_step = state.total if stop_after is None else min(state.total, state.step + stop_after)
+        budget = s.minutes * 60 if s.minutes else float("inf")
+        if stop_after_seconds is not None:
+            budget = min(budget, state.seconds + stop_after_seconds)
+        last_checkpoint = time.perf_counter()
+        self.target.state_layers = self.drafter.state_layers
+        try:
+            while state.step < min(last_step, state.total) and state.seconds < budget:
+                started = time.perf_counter()
+                report = self.step()
+                state.seconds += time.perf_counter() - started
+                report.seconds = state.seconds
+                self._fit_budget(s.minutes * 60 if s.minutes else float("inf"))
+                report.total = state.total
+                state.history.append([report.step, report.samples, round(report.seconds, 2),
+                                      round(report.loss, 4), round(report.tau, 3)])
+                if on_step is not None:
+                    on_step(report)
+                if time.perf_counter() - last_checkpoint > s.checkpoint_minutes * 60:
+                    self.checkpoint()
+                    last_checkpoint = time.perf_counter()
+        finally:
+            self.target.state_layers = ()
+        self.checkpoint()
+        return state
+
+    def _fit_budget(self, budget: float) -> None:
+        """With a time budget and no step count, the cosine ends where the budget does: after a
+        few steps, the total is cut to what the measured speed fits (kept in the checkpoint)."""
+        s, state = self.settings, self.state
+        if s.steps is None and budget < float("inf") and state.step == 10:
+            fits = int(state.step * budget / max(state.seconds, 1e-9))
+            state.total = max(state.step + 1, min(state.total, fits))
+
+    def step(self) -> StepReport:
+        s, state = self.settings, self.state
+        batch = self._next_batch()
+        ids, loss_mask, states = self._tensors(batch)
+        blocks = sample_anchors(loss_mask, s.anchors, self.generator)
+        blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
+        lr = learning_rate(state.step, state.total, s.learning_rate, s.warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        with autocast:
+            loss, tau = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), s.clip)
+        self.optimizer.step()
+        state.step += 1
+        state.samples += len(batch)
+        state.tokens += sum(len(x.ids) for x in batch)
+        return StepReport(state.step, state.total, float(loss.detach()), tau, state.samples, state.tokens, state.seconds, lr)
+
+    def _next_batch(self) -> list[Sample]:
+        """The next samples in this epoch's fixed order (a new order each epoch, from the seed)."""
+        s, state = self.settings, self.state
+        batch = []
+        while len(batch) < s.batch_size:
+            order = torch.randperm(len(self.samples), generator=torch.Generator().manual_seed(s.seed * 7919 + state.epoch))
+            take = order[state.position : state.position + s.batch_size - len(batch)].tolist()
+            batch += [self.samples[i] for i in take]
+            state.position += len(take)
+            if state.position >= len(self.samples):
+                state.epoch, state.position = state.epoch + 1, 0
+        return batch
+
+    def _tensors(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample."""
+        cut = [x.ids[: self.settings.max_length] for x in batch]
+        length = max(len(c) for c in cut)
+        ids = torch.zeros(len(batch), length, dtype=torch.long)
+        loss_mask = torch.zeros(len(batch), length)
+        width = len(self.drafter.state_layers) * self.target.config.hidden_size
+        states = torch.zeros(len(batch), length, width, dtype=self.target.dtype, device=self.device)
+        for row, (sample, c) in enumerate(zip(batch, cut, strict=True)):
+            ids[row, : len(c)] = torch.tensor(c)
+            loss_mask[row, sample.reply_start : len(c)] = 1.0
+            states[row, : len(c)] = target_states(self.target, c)
+        return ids.to(self.device), loss_mask.to(self.device), states

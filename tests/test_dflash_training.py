@@ -1,0 +1,191 @@
+"""Training a DFlash drafter: the training forward is the serving forward, blocks see what they
+would see when serving, a short run learns its target, and checkpoints resume to the same state."""
+
+import json
+
+import pytest
+import torch
+
+from engine import (
+    DFlashProposer,
+    EngineError,
+    SamplingParams,
+    generate,
+    generate_batch,
+    load_drafter,
+    random_model,
+)
+from engine.speculation.proposers.dflash.files import drafter_config
+from engine.speculation.proposers.dflash.network import DFlashDrafter, zlab_weight_shapes
+from engine.speculation.proposers.dflash.training.blocks import (
+    Blocks,
+    attention_mask,
+    expected_accepted,
+    labels,
+    sample_anchors,
+)
+from engine.speculation.proposers.dflash.training.evaluate import measure_tau
+from engine.speculation.proposers.dflash.training.forward import drafter_hidden, target_states
+from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
+from tests.conftest import tiny_config
+
+BLOCK = 8
+
+
+def make_target(seed=0):
+    cfg = tiny_config("qwen2", vocab=32, num_layers=4)
+    return random_model(cfg, seed=seed, std=0.3, max_context=256)
+
+
+def random_drafter(target, seed=1, block=BLOCK):
+    torch.manual_seed(seed)
+    drafter = DFlashDrafter(drafter_config(target, num_layers=2, block_size=block))
+    with torch.no_grad():
+        for name, p in drafter.named_parameters():
+            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    return drafter
+
+
+def test_training_forward_computes_the_serving_blocks():
+    target = make_target()
+    drafter = random_drafter(target)
+    ids = torch.randint(0, 31, (1, 40), generator=torch.Generator().manual_seed(3))
+    target.state_layers = drafter.state_layers
+    states = target_states(target, ids[0].tolist())[None]
+    anchors = torch.tensor([[5, 17, 30]])
+    with torch.no_grad():
+        hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids,
+                                Blocks(anchors, torch.ones_like(anchors, dtype=torch.bool)))
+        trained = target.decoder.logits(hidden.view(3, BLOCK, -1)[:, 1:])
+    drafter.bind(target, target.max_context)
+    for row, a in enumerate(anchors[0].tolist()):
+        drafter.clear()
+        drafter.extend(states[0, :a])
+        served = drafter.block(int(ids[0, a]))
+        torch.testing.assert_close(trained[row], served, rtol=1e-4, atol=1e-4)
+
+
+def test_anchors_sit_where_the_next_token_is_reply():
+    loss_mask = torch.zeros(2, 30)
+    loss_mask[0, 10:] = 1
+    loss_mask[1, 25:28] = 1  # three reply tokens: three anchors at most
+    blocks = sample_anchors(loss_mask, 6, torch.Generator().manual_seed(0))
+    assert blocks.anchors.shape == (2, 6)
+    assert blocks.keep[0].all() and blocks.keep[1].sum() == 3
+    for row in range(2):
+        for a in blocks.anchors[row][blocks.keep[row]].tolist():
+            assert loss_mask[row, a + 1] == 1
+    assert len(set(blocks.anchors[0].tolist())) == 6
+
+
+def test_a_block_sees_the_context_before_its_anchor_and_its_own_block():
+    blocks = Blocks(torch.tensor([[3, 7]]), torch.tensor([[True, True]]))
+    mask = attention_mask(blocks, context_length=10, block_size=4)[0, 0]  # [8, 10 + 8]
+    assert mask.shape == (8, 18)
+    assert mask[0, :3].all() and not mask[0, 3:10].any()  # block 0: context 0..2
+    assert mask[4, :7].all() and not mask[4, 7:10].any()  # block 1: context 0..6
+    assert mask[:4, 10:14].all() and not mask[:4, 14:].any()  # its own block, both ways, not the other
+    assert mask[4:, 14:].all() and not mask[4:, 10:14].any()
+
+
+def test_labels_are_the_tokens_after_the_anchor_inside_the_reply():
+    ids = torch.arange(12)[None]
+    loss_mask = torch.zeros(1, 12)
+    loss_mask[0, 4:] = 1
+    wanted, counted = labels(ids, loss_mask, Blocks(torch.tensor([[3, 9]]), torch.tensor([[True, True]])), 4)
+    assert wanted[0, 0].tolist() == [4, 5, 6] and counted[0, 0].all()
+    assert wanted[0, 1, :2].tolist() == [10, 11] and counted[0, 1].tolist() == [True, True, False]
+
+
+def test_expected_accepted_counts_the_run_of_right_drafts():
+    correct = torch.tensor([[[True, True, False, True], [False, True, True, True]]])
+    assert expected_accepted(correct, torch.tensor([[True, True]])) == pytest.approx(1 + (2 + 0) / 2)
+    assert expected_accepted(correct, torch.tensor([[True, False]])) == pytest.approx(3.0)
+
+
+def looping_target():
+    """A target whose attention adds nothing: each token's successor depends on that token alone,
+    so its greedy replies fall into short loops, a pattern a drafter can learn in a few steps."""
+    target = make_target()
+    with torch.no_grad():
+        for layer in target.decoder.layers:
+            layer.self_attn.o_proj.weight.zero_()
+    return target
+
+
+def random_prompts(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 30, (int(torch.randint(6, 14, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """The target's own greedy replies to 48 random prompts (self-distillation), and 6 held-out prompts."""
+    target = looping_target()
+    prompts = random_prompts(48, seed=0)
+    replies = generate_batch(target, prompts, SamplingParams(temperature=0.0, max_tokens=48), batch_size=48)
+    samples = [Sample(p + r.tokens, len(p)) for p, r in zip(prompts, replies, strict=True)]
+    return target, samples, random_prompts(6, seed=1)
+
+
+def settings(**kw):
+    base = {"num_layers": 2, "block_size": BLOCK, "anchors": 24, "batch_size": 4, "steps": 30,
+            "learning_rate": 1e-2, "warmup_steps": 5, "max_length": 128, "init_std": 0.1}
+    return TrainSettings(**{**base, **kw})
+
+
+def test_a_short_run_learns_to_draft_the_targets_replies(corpus, tmp_path):
+    target, samples, held_out = corpus
+    trainer = Trainer(target, samples, settings(), tmp_path / "drafter")
+    trainer.checkpoint()  # the untrained drafter, as it starts
+    before = measure_tau(target, load_drafter(str(tmp_path / "drafter"), target), held_out, 40, stop_ids=[])
+    losses = []
+    trainer.run(lambda report: losses.append(report.loss))
+    drafter = load_drafter(str(tmp_path / "drafter"), target)  # through z-lab's files, as --dflash loads it
+    after = measure_tau(target, drafter, held_out, 40, stop_ids=[])
+    assert len(losses) == 30
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5])
+    assert before < 1.5 and after > before + 2.0, (before, after)
+    for ids in held_out:  # drafted or not, the reply is plain decoding's
+        plain = generate(target, ids, SamplingParams(temperature=0.0, max_tokens=40))
+        drafted = generate(target, ids, SamplingParams(temperature=0.0, max_tokens=40),
+                           speculative=DFlashProposer(drafter))
+        assert drafted.tokens == plain.tokens
+
+
+def test_a_resumed_run_reaches_the_uninterrupted_runs_weights(corpus, tmp_path):
+    target, samples, _ = corpus
+    whole = Trainer(target, samples, settings(steps=12), tmp_path / "whole")
+    whole.run()
+    Trainer(target, samples, settings(steps=12), tmp_path / "parts").run(stop_after=5)
+    resumed = Trainer(target, samples, settings(steps=12), tmp_path / "parts", resume=True)
+    assert resumed.state.step == 5
+    resumed.run()
+    assert [h[3:] for h in resumed.state.history] == [h[3:] for h in whole.state.history]  # loss, tau
+    for (name, a), (_, b) in zip(whole.drafter.state_dict().items(), resumed.drafter.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_the_written_drafter_is_in_zlab_format(corpus, tmp_path):
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(steps=1), tmp_path / "d")
+    trainer.run()
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"] and config["block_size"] == BLOCK
+    assert config["dflash_config"]["target_layer_ids"] == list(trainer.drafter.target_layer_ids)
+    names = set(safe_open_keys(tmp_path / "d" / "model.safetensors"))
+    assert names == set(zlab_weight_shapes(trainer.drafter.config))
+
+
+def test_resume_without_a_checkpoint_says_so(corpus, tmp_path):
+    target, samples, _ = corpus
+    with pytest.raises(EngineError, match="nothing to resume"):
+        Trainer(target, samples, settings(), tmp_path / "none", resume=True)
+
+
+def safe_open_keys(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
