@@ -5,6 +5,7 @@
 #   tests    the CUDA tests (kernels, graphs, DFlash, batched decoding)
 #   steps-ab the step bench on this tree and on an older one (.oldtree, carried), alternating,
 #            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
+#   chat     the chat app driven headless: engine alone against the screen (specchat bench chat)
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
@@ -19,14 +20,18 @@ name=qwen2.5-coder-1.5b
 file=$name-instruct-q4_k_m.gguf
 case "$1" in
 setup)
-  mkdir -p "$SPECCHAT_CACHE/$name"
-  if ls /root/stage/$file.part* >/dev/null 2>&1; then
-    cat /root/stage/$file.part* > "$SPECCHAT_CACHE/$name/$file" && rm /root/stage/$file.part*
-  fi
-  sha256sum "$SPECCHAT_CACHE/$name/$file"
-  SECONDS=0
-  python3 -m specchat pull $name 2>&1 | tail -1
-  echo "converted in $SECONDS s"
+  for pack in qwen2.5-coder-1.5b qwen2.5-coder-0.5b; do
+    gguf=$pack-instruct-q4_k_m.gguf
+    mkdir -p "$SPECCHAT_CACHE/$pack"
+    if ls /root/stage/$gguf.part* >/dev/null 2>&1; then
+      cat /root/stage/$gguf.part* > "$SPECCHAT_CACHE/$pack/$gguf" && rm /root/stage/$gguf.part*
+    fi
+    [ -f "$SPECCHAT_CACHE/$pack/$gguf" ] || continue
+    sha256sum "$SPECCHAT_CACHE/$pack/$gguf"
+    SECONDS=0
+    python3 -m specchat pull $pack 2>&1 | tail -1
+    echo "$pack converted in $SECONDS s"
+  done
   ;;
 tests)
   timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
@@ -54,6 +59,10 @@ batch-runs)
     timeout 280 python3 bench/gpu/batch_bench.py $name --batch 64 256 --hf-batch --run-steps $steps 2>&1 \
       | grep -v "Warn\|warn" | tee "$OUT/batch-runs-$steps.txt"
   done
+  ;;
+chat)
+  timeout 560 python3 -m specchat bench chat --model $name --max-new-tokens 512 --k 15 4 --repeats 3 2>&1 \
+    | grep -v "Warn\|warn" | tee "$OUT/bench-chat.txt"
   ;;
 adaptive)
   timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
