@@ -371,6 +371,10 @@ def test_compare_and_bench_report_auto_beside_the_fixed_rows(tmp_path, capsys, t
     assert {(r["method"], r["k"]) for r in rows} == {("plain", 0), ("ngram", 2), ("ngram", "auto")}
     assert all(r["same_text"] for r in rows)  # auto never changes the output
     assert [(b["method"], b["k"]) for b in results["best"]] == [("ngram", 2)]  # best of the fixed k
+    # with a draft model, the auto-proposer row joins the summary table without a column of its own
+    _, out = bench(tmp_path / "draft", capsys, "--model", "target", "--draft", "draft", "--k", "2", "auto",
+                   "--greedy-only")
+    assert "| draft tokens per step |" in out.out
 
 
 def test_k_auto_on_the_command_line(capsys):

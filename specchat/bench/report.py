@@ -228,8 +228,9 @@ def summary_table(results: dict) -> str:
     names = {r["method"]: r["label"] for r in rows if r["engine"] == SPECCHAT}
     their_names = {"ngram": "prompt lookup", "draft": "assistant", "draft-heuristic": "assistant, heuristic"}
     head = ["prompt", "plain tok/s", *(names[m] for m in ours)]
-    # the seed's table ends with the tokens per step of its strongest proposer: here the last one
-    per_step = ours[-1] if ours and ours[-1] != "ngram" else None
+    # the seed's table ends with the tokens per step of its strongest proposer: here the last
+    # registered one (auto is a choice among them, not a proposer of its own)
+    per_step = next((m for m in reversed(ours) if m not in ("ngram", AUTO)), None)
     if per_step:
         head.append(f"{find_spec(per_step).label} tokens per step")
     if (TRANSFORMERS, "plain") in present:
@@ -402,7 +403,7 @@ def write_chart(results: dict, path: Path) -> str | None:
                     theirs / plain, color="grey", linestyle="--", linewidth=0.8, label="transformers plain"
                 )
             ax.axhline(1.0, color="grey", linewidth=0.8, label="plain")
-            ax.set_xticks(results["settings"]["ks"])
+            ax.set_xticks([k for k in results["settings"]["ks"] if k != AUTO])  # auto has no place on the axis
             ax.set_title(f"{prompt}, {sampling}")
             ax.set_xlabel("k (drafts per step)")
             ax.grid(alpha=0.3)
