@@ -37,20 +37,17 @@ def parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="replies to a JSONL file of prompts, decoded in batches")
     add_model_arguments(gen, DEFAULT_MODEL, speculation=False)
     add_generate_arguments(gen)
-    bench = sub.add_parser("bench", help="benchmarks: table (the default), steps, chat")
-    kinds = bench.add_subparsers(dest="what")
-    table = kinds.add_parser("table", help="the results table: speculative vs plain decoding vs transformers")
-    add_bench_arguments(table)
-    steps = kinds.add_parser("steps", help="how long one decode or verify step takes, next to what bounds it")
-    add_steps_arguments(steps)
-    chat_bench = kinds.add_parser("chat", help="the chat app driven headless: engine alone against the screen")
-    add_chat_arguments(chat_bench)
-    compare = sub.add_parser("compare", help="every proposer at a few k on your own prompt, one table")
-    add_compare_arguments(compare)
-    prompts = sub.add_parser("dflash-prompts", help="training prompts for a DFlash drafter, from code installed here")
-    add_prompts_arguments(prompts)
-    train = sub.add_parser("train-dflash", help="train a DFlash drafter for a model on its own replies")
-    add_train_arguments(train)
+    kinds = sub.add_parser("bench", help="benchmarks: table (the default), steps, chat").add_subparsers(dest="what")
+    for parent, name, help, add in (
+        (kinds, "table", "the results table: speculative vs plain decoding vs transformers", add_bench_arguments),
+        (kinds, "steps", "how long one decode or verify step takes, next to what bounds it", add_steps_arguments),
+        (kinds, "chat", "the chat app driven headless: engine alone against the screen", add_chat_arguments),
+        (sub, "compare", "every proposer at a few k on your own prompt, one table", add_compare_arguments),
+        (sub, "dflash-prompts", "training prompts for a DFlash drafter, from code installed here",
+         add_prompts_arguments),
+        (sub, "train-dflash", "train a DFlash drafter for a model on its own replies", add_train_arguments),
+    ):
+        add(parent.add_parser(name, help=help))
     pull = sub.add_parser("pull", help="fetch and assemble an offline model pack ahead of use")
     pull.add_argument("name", nargs="?", default=None, help="pack name (no name: list packs)")
     return p

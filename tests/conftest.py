@@ -43,6 +43,22 @@ def tiny_model(family: str = "llama", seed: int = 0, std: float = 0.3, **kw):
 def model():
     return tiny_model()
 
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model("qwen2", seed=1)
+
+
+@pytest.fixture(scope="module")
+def draft():
+    """The target's weights plus noise: a draft that is right part of the time, like a real one."""
+    model = tiny_model("qwen2", seed=1)
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in model.decoder.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.15)
+    return model
+
+
 
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):

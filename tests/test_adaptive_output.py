@@ -2,7 +2,6 @@
 greedy and sampled replies are plain decoding's, token for token, in float32."""
 
 import pytest
-import torch
 
 from engine import (
     AUTO,
@@ -58,21 +57,6 @@ def reply(model, prompt, sampling, proposer, policy):
     steps = list(gen)
     return gen.tokens, steps
 
-
-@pytest.fixture(scope="module")
-def target():
-    return tiny_model("qwen2", seed=1)
-
-
-@pytest.fixture(scope="module")
-def draft():
-    """The target's weights plus noise: right part of the time."""
-    model = tiny_model("qwen2", seed=1)
-    gen = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for p in model.decoder.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.15)
-    return model
 
 
 @pytest.mark.parametrize("sampling", SAMPLINGS)

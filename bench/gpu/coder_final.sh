@@ -14,17 +14,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/wh
 export PYTHONPATH=/tmp/site:.
 case "$1" in
 setup)
-  for name in qwen2.5-coder-1.5b qwen2.5-coder-0.5b; do
-    file=$name-instruct-q4_k_m.gguf
-    mkdir -p "$SPECCHAT_CACHE/$name"
-    if ls /root/stage/$file.part* >/dev/null 2>&1; then
-      cat /root/stage/$file.part* > "$SPECCHAT_CACHE/$name/$file" && rm /root/stage/$file.part*
-    fi
-    sha256sum "$SPECCHAT_CACHE/$name/$file"
-    SECONDS=0
-    python3 -m specchat pull $name 2>&1 | tail -1
-    echo "$name converted in $SECONDS s"
-  done
+  bash "$(dirname "$0")/session.sh" setup
   [ "${2:-}" = quick ] && exit 0  # weights only, no step bench
   timeout 240 python3 -m specchat bench steps --model qwen2.5-coder-1.5b --contexts 1024 8192 \
     --json "$OUT/steps-coder-1.5b.json" 2>&1 | grep -v "Warn\|warn" | tail -25

