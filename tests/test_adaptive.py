@@ -3,7 +3,7 @@
 import pytest
 
 from engine import AUTO, Proposer, Step
-from engine.speculation.acceptance import Acceptance, expected_tokens
+from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
 from engine.speculation.step_costs import CostTable
 
@@ -61,15 +61,20 @@ def test_expected_tokens_count_each_surviving_run_plus_the_models_own_token():
 
 
 def test_best_k_is_the_hand_computed_one():
-    rates = [0.8, 0.5, 0.1]
+    tokens = expected_curve([0.8, 0.5, 0.1])
+    verify = [0.0] + [verify_cost(n) for n in range(1, 5)]
+
+    def drafting(per_draft):
+        return [per_draft * k for k in range(4)]
+
     # k=1: 1.8 tokens / (0.1 + 1.02) s = 1.607; k=2: 2.2 / (0.2 + 1.04) = 1.774;
     # k=3: 2.24 / (0.3 + 1.06) = 1.647
-    k, tokens, seconds = best_k(rates, range(1, 4), lambda k: 0.1 * k, verify_cost)
-    assert (k, tokens, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
+    k, expected, seconds = best_k(tokens, drafting(0.1), verify, range(1, 4))
+    assert (k, expected, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
     # free drafting and flat verify cost: every extra draft pays, however unlikely
-    assert best_k(rates, range(1, 4), lambda k: 0.0, lambda n: 1.0)[0] == 3
+    assert best_k(tokens, drafting(0.0), [1.0] * 5, range(1, 4))[0] == 3
     # costly drafting: one draft only
-    assert best_k(rates, range(1, 4), lambda k: 0.5 * k, verify_cost)[0] == 1
+    assert best_k(tokens, drafting(0.5), verify, range(1, 4))[0] == 1
 
 
 def test_acceptance_follows_the_text_and_deep_positions_lean_on_shallow_ones():
