@@ -5,6 +5,7 @@ import pytest
 from engine import AUTO, Proposer, Step
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
+from engine.speculation.proposers.draft import DraftProposer
 from engine.speculation.step_costs import CostTable
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
@@ -128,3 +129,71 @@ def test_auto_proposer_takes_the_member_whose_drafts_pay():
     assert all(c.proposer is ngram for c in copying[-20:])
     prose = run(p, [ngram, draft], 300, lambda who, k: 0 if who is ngram else min(k, 3))
     assert sum(c.proposer is draft for c in prose[-50:]) >= 45
+
+
+class DraftLike(Scripted):
+    """A drafter that runs a step of its own per draft: the first `first`, each chained one after
+    it `chained`; a proposal after sitting out first runs the tokens it missed, in one step of
+    `catch_up`. Its seed is the real draft proposer's, from its one-token step `first`."""
+
+    def __init__(self, first: float, chained: float, catch_up: float = 0.0):
+        super().__init__(per_draft=first, name="draft")
+        self.first, self.chained, self.catch_up = first, chained, catch_up
+        self.missed = 0
+        self.model = object()
+
+    drafting_seed = DraftProposer.drafting_seed
+
+    def cost(self, k: int) -> float:
+        missed, self.missed = self.missed, 0
+        return self.first + self.chained * (k - 1) + (self.catch_up if missed else 0.0)
+
+
+def run_drafts(policy, proposer: DraftLike, steps: int, accept) -> list:
+    """run() with the drafter's costs: sitting out a step leaves it tokens to catch up on."""
+    choices = []
+    for i in range(steps):
+        choice = policy.choose([proposer], [0] * (i + 2), 15)
+        k = choice.k
+        accepted = accept(k) if k else 0
+        if not k:
+            proposer.missed += 1
+        step = Step(tokens=[1] * (accepted + 1), drafts=[1] * k, accepted=accepted, kind="plain", k=k,
+                    proposer="draft" if k else "off", propose_s=proposer.cost(k) if k else 0.0,
+                    verify_s=verify_cost(k + 1), position=i)
+        policy.record(choice, step, [proposer])
+        choices.append(choice)
+    return choices
+
+
+def draft_policy(first: float) -> AdaptivePolicy:
+    verify, drafts = CostTable(verify_cost), CostTable(lambda n: first)
+    return AdaptivePolicy(model="target", step_cost=lambda model: verify if model == "target" else drafts)
+
+
+def test_a_drafter_whose_drafts_are_always_right_drafts_long_within_a_handful_of_steps():
+    drafter = DraftLike(first=0.3, chained=0.3)
+    choices = run_drafts(draft_policy(0.3), drafter, 200, lambda k: k)
+    first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
+    assert first_long <= 5
+    assert all(c.k >= 7 for c in choices[first_long:])
+
+
+def test_a_drafter_as_costly_as_on_the_gpu_is_tried_at_once_and_then_drafts_long():
+    # the H200's figures in target steps: the 0.5B draft's first step 0.81, each chained one
+    # 0.54; its k = 15 drafts, always right, give 1.6x plain decoding
+    drafter = DraftLike(first=0.81, chained=0.54)
+    choices = run_drafts(draft_policy(0.85), drafter, 256, lambda k: k)
+    first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
+    assert first_long <= 10
+    assert all(c.k >= 7 for c in choices[first_long:])
+
+
+def test_catching_up_after_sitting_out_is_not_taken_for_the_cost_of_drafting():
+    drafter = DraftLike(first=0.3, chained=0.3, catch_up=0.9)
+    p = draft_policy(0.3)
+    run_drafts(p, drafter, 400, lambda k: 0)  # sits out nearly every step, missing the tokens
+    back = run_drafts(p, drafter, 600, lambda k: k)
+    assert all(c.k >= 7 for c in back[-50:])
+    drafting = drafter.estimates.drafting
+    assert drafting(15) == pytest.approx(0.3 * 15, rel=0.1)

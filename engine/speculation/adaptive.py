@@ -67,10 +67,10 @@ def best_k(tokens: list[float], drafting: list[float], verify: list[float], ks: 
 class Estimates:
     """What the policy knows of one proposer: acceptance per bucket, drafting costs, its probes."""
 
-    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable]):
+    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
         self.buckets: dict[int, Acceptance] = {}
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
-        self.credit = 0.0  # seconds probes may still cost (see PROBE_SHARE)
+        self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
         # drafted on the step before: a proposal after sitting out may first catch up on the
         # context (a draft model runs every token it missed), which is not what drafting k costs
         # in a run of drafting steps, so its time goes to the probe's account only
@@ -95,7 +95,12 @@ class AdaptivePolicy:
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if proposer.estimates is None:
-            proposer.estimates = Estimates(proposer, self.step_cost)
+            # A proposer nothing is known of starts with a full budget, so it is tried at once:
+            # on the prior alone a model drafter (a step of its own per draft) never looks worth
+            # it, and a budget earned from zero would first let it try some 100 steps in, when a
+            # short reply is over.
+            credit = MAX_CREDIT * self.verify(1)
+            proposer.estimates = Estimates(proposer, self.step_cost, credit)
         return proposer.estimates
 
     def choose(self, proposers: list[Proposer], context: list[int], limit: int) -> Choice:
