@@ -12,7 +12,8 @@ it gets a probe step with its best k. Probes are paid from a budget: each step s
 PROBE_SHARE of a plain step's time, a probe spends what it cost beyond the plain steps that
 would have made its tokens (a probe that pays refunds). So where a proposer never pays, probing
 costs at most PROBE_SHARE of the time, and a cheap proposer (n-gram) probes far more often than
-an expensive one (a draft model), and comes back as soon as the text turns its way.
+an expensive one (a draft model), and comes back as soon as the text turns its way. A proposer
+starts with a full budget (MAX_CREDIT), so a draft model is tried in a reply's first steps.
 """
 
 from __future__ import annotations
