@@ -3,8 +3,9 @@
 import pytest
 
 from engine import AUTO, Proposer, Step
-from engine.speculation.acceptance import Acceptance, expected_tokens
+from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
+from engine.speculation.proposers.draft import DraftProposer
 from engine.speculation.step_costs import CostTable
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
@@ -61,15 +62,20 @@ def test_expected_tokens_count_each_surviving_run_plus_the_models_own_token():
 
 
 def test_best_k_is_the_hand_computed_one():
-    rates = [0.8, 0.5, 0.1]
+    tokens = expected_curve([0.8, 0.5, 0.1])
+    verify = [0.0] + [verify_cost(n) for n in range(1, 5)]
+
+    def drafting(per_draft):
+        return [per_draft * k for k in range(4)]
+
     # k=1: 1.8 tokens / (0.1 + 1.02) s = 1.607; k=2: 2.2 / (0.2 + 1.04) = 1.774;
     # k=3: 2.24 / (0.3 + 1.06) = 1.647
-    k, tokens, seconds = best_k(rates, range(1, 4), lambda k: 0.1 * k, verify_cost)
-    assert (k, tokens, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
+    k, expected, seconds = best_k(tokens, drafting(0.1), verify, range(1, 4))
+    assert (k, expected, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
     # free drafting and flat verify cost: every extra draft pays, however unlikely
-    assert best_k(rates, range(1, 4), lambda k: 0.0, lambda n: 1.0)[0] == 3
+    assert best_k(tokens, drafting(0.0), [1.0] * 5, range(1, 4))[0] == 3
     # costly drafting: one draft only
-    assert best_k(rates, range(1, 4), lambda k: 0.5 * k, verify_cost)[0] == 1
+    assert best_k(tokens, drafting(0.5), verify, range(1, 4))[0] == 1
 
 
 def test_acceptance_follows_the_text_and_deep_positions_lean_on_shallow_ones():
@@ -123,3 +129,71 @@ def test_auto_proposer_takes_the_member_whose_drafts_pay():
     assert all(c.proposer is ngram for c in copying[-20:])
     prose = run(p, [ngram, draft], 300, lambda who, k: 0 if who is ngram else min(k, 3))
     assert sum(c.proposer is draft for c in prose[-50:]) >= 45
+
+
+class DraftLike(Scripted):
+    """A drafter that runs a step of its own per draft: the first `first`, each chained one after
+    it `chained`; a proposal after sitting out first runs the tokens it missed, in one step of
+    `catch_up`. Its seed is the real draft proposer's, from its one-token step `first`."""
+
+    def __init__(self, first: float, chained: float, catch_up: float = 0.0):
+        super().__init__(per_draft=first, name="draft")
+        self.first, self.chained, self.catch_up = first, chained, catch_up
+        self.missed = 0
+        self.model = object()
+
+    drafting_seed = DraftProposer.drafting_seed
+
+    def cost(self, k: int) -> float:
+        missed, self.missed = self.missed, 0
+        return self.first + self.chained * (k - 1) + (self.catch_up if missed else 0.0)
+
+
+def run_drafts(policy, proposer: DraftLike, steps: int, accept) -> list:
+    """run() with the drafter's costs: sitting out a step leaves it tokens to catch up on."""
+    choices = []
+    for i in range(steps):
+        choice = policy.choose([proposer], [0] * (i + 2), 15)
+        k = choice.k
+        accepted = accept(k) if k else 0
+        if not k:
+            proposer.missed += 1
+        step = Step(tokens=[1] * (accepted + 1), drafts=[1] * k, accepted=accepted, kind="plain", k=k,
+                    proposer="draft" if k else "off", propose_s=proposer.cost(k) if k else 0.0,
+                    verify_s=verify_cost(k + 1), position=i)
+        policy.record(choice, step, [proposer])
+        choices.append(choice)
+    return choices
+
+
+def draft_policy(first: float) -> AdaptivePolicy:
+    verify, drafts = CostTable(verify_cost), CostTable(lambda n: first)
+    return AdaptivePolicy(model="target", step_cost=lambda model: verify if model == "target" else drafts)
+
+
+def test_a_drafter_whose_drafts_are_always_right_drafts_long_within_a_handful_of_steps():
+    drafter = DraftLike(first=0.3, chained=0.3)
+    choices = run_drafts(draft_policy(0.3), drafter, 200, lambda k: k)
+    first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
+    assert first_long <= 5
+    assert all(c.k >= 7 for c in choices[first_long:])
+
+
+def test_a_drafter_as_costly_as_on_the_gpu_is_tried_at_once_and_then_drafts_long():
+    # the H200's figures in target steps: the 0.5B draft's first step 0.81, each chained one
+    # 0.54; its k = 15 drafts, always right, give 1.6x plain decoding
+    drafter = DraftLike(first=0.81, chained=0.54)
+    choices = run_drafts(draft_policy(0.85), drafter, 256, lambda k: k)
+    first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
+    assert first_long <= 10
+    assert all(c.k >= 7 for c in choices[first_long:])
+
+
+def test_catching_up_after_sitting_out_is_not_taken_for_the_cost_of_drafting():
+    drafter = DraftLike(first=0.3, chained=0.3, catch_up=0.9)
+    p = draft_policy(0.3)
+    run_drafts(p, drafter, 400, lambda k: 0)  # sits out nearly every step, missing the tokens
+    back = run_drafts(p, drafter, 600, lambda k: k)
+    assert all(c.k >= 7 for c in back[-50:])
+    drafting = drafter.estimates.drafting
+    assert drafting(15) == pytest.approx(0.3 * 15, rel=0.1)

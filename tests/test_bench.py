@@ -384,3 +384,22 @@ def test_k_auto_on_the_command_line(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--speculate", "many", "--prompt", "hi"])
     assert "k must be a whole number from 1 to 15 or auto, got 'many'" in capsys.readouterr().err
+
+
+def test_a_timed_run_captures_every_graph_before_its_clock_starts(model, monkeypatch):
+    # k "auto" may choose a step length the row's warm-up run never used: capturing its graph
+    # mid-reply would land in the timed steps
+    from engine import AUTO, AutoProposer, NgramProposer
+    from specchat.bench.runs import timed_generate
+
+    order = []
+    monkeypatch.setattr(model, "warm_up", lambda sampling, *a, **kw: order.append(("target", sampling)))
+    members = [NgramProposer(k=AUTO), NgramProposer(k=2)]
+    for member in members:
+        monkeypatch.setattr(member, "warm_up", lambda target, sampling, m=member: order.append((m, sampling)))
+    real_step = model.step
+    monkeypatch.setattr(model, "step", lambda *a, **kw: order.append("step") or real_step(*a, **kw))
+    sampling = SamplingParams(max_tokens=4)
+    timed_generate(model, [1, 2, 3, 1, 2], sampling, [], AutoProposer(members))
+    assert order[:3] == [("target", sampling), (members[0], sampling), (members[1], sampling)]
+    assert "step" in order[3:]

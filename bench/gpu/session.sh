@@ -10,6 +10,8 @@
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
+#   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
+#            the policy's host time per step (bench/gpu/adaptive_steps.py)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -66,5 +68,8 @@ chat)
   ;;
 adaptive)
   timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
+  ;;
+adaptive-steps)
+  timeout 590 python3 bench/gpu/adaptive_steps.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps.txt"
   ;;
 esac

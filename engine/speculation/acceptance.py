@@ -23,6 +23,14 @@ class Acceptance:
         self.fade = fade
         self.reached = [0.0] * MAX_K  # weighted steps whose drafts 1..j-1 were all accepted
         self.kept = [0.0] * MAX_K  # ... and draft j too
+        self._tokens: list[float] | None = None  # tokens(), until the next record
+
+    def tokens(self) -> list[float]:
+        """[E(0) .. E(MAX_K)]: what a step of each k emits on average. The policy reads this
+        every step; it changes only when a proposal of this bucket is recorded."""
+        if self._tokens is None:
+            self._tokens = expected_curve(self.rates())
+        return self._tokens
 
     def rates(self) -> list[float]:
         """[a_1 .. a_MAX_K]."""
@@ -34,6 +42,7 @@ class Acceptance:
 
     def record(self, drafted: int, accepted: int) -> None:
         """One verified proposal: `drafted` drafts, the first `accepted` of them kept."""
+        self._tokens = None
         self.reached = [self.fade * r for r in self.reached]
         self.kept = [self.fade * c for c in self.kept]
         for j in range(min(drafted, accepted + 1)):  # draft j was reached: all before it were kept
@@ -44,8 +53,14 @@ class Acceptance:
 def expected_tokens(rates: list[float], k: int) -> float:
     """Tokens a step of k drafts emits on average: each run of accepted drafts, plus the model's
     own token after them (bonus or correction)."""
-    total, survive = 1.0, 1.0
-    for a in rates[:k]:
+    return expected_curve(rates[:k])[-1]
+
+
+def expected_curve(rates: list[float]) -> list[float]:
+    """expected_tokens for every k from 0 to len(rates), in one pass."""
+    out, total, survive = [1.0], 1.0, 1.0
+    for a in rates:
         survive *= a
         total += survive
-    return total
+        out.append(total)
+    return out

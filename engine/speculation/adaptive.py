@@ -12,7 +12,8 @@ it gets a probe step with its best k. Probes are paid from a budget: each step s
 PROBE_SHARE of a plain step's time, a probe spends what it cost beyond the plain steps that
 would have made its tokens (a probe that pays refunds). So where a proposer never pays, probing
 costs at most PROBE_SHARE of the time, and a cheap proposer (n-gram) probes far more often than
-an expensive one (a draft model), and comes back as soon as the text turns its way.
+an expensive one (a draft model), and comes back as soon as the text turns its way. A proposer
+starts with a full budget (MAX_CREDIT), so a draft model is tried in a reply's first steps.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.speculation.acceptance import Acceptance, expected_tokens
+from engine.limits import MAX_K
+from engine.speculation.acceptance import Acceptance
 from engine.speculation.proposers.base import AUTO, Proposer
 from engine.speculation.step_costs import CostTable, step_costs
 
@@ -52,28 +54,34 @@ class Choice:
         return self.rate * self.plain_seconds
 
 
-def best_k(
-    rates: list[float], ks, drafting: Callable[[int], float], verify: Callable[[int], float]
-) -> tuple[int, float, float]:
-    """(k, expected tokens, expected seconds) of the k in `ks` with the most tokens per second."""
-    best = None
+def best_k(tokens: list[float], drafting: list[float], verify: list[float], ks: range) -> tuple[int, float, float]:
+    """(k, expected tokens, expected seconds) of the k in `ks` with the most tokens per second,
+    from E(k) (`tokens`), the cost of drafting k and of a verify step of n, each indexed by k or n."""
+    best, best_tokens, best_seconds = 0, 0.0, 1.0
     for k in ks:
-        tokens, seconds = expected_tokens(rates, k), drafting(k) + verify(k + 1)
-        if best is None or tokens * best[2] > best[1] * seconds:
-            best = (k, tokens, seconds)
-    return best
+        t, s = tokens[k], drafting[k] + verify[k + 1]
+        if best_tokens * s < t * best_seconds:
+            best, best_tokens, best_seconds = k, t, s
+    return best, best_tokens, best_seconds
 
 
 class Estimates:
     """What the policy knows of one proposer: acceptance per bucket, drafting costs, its probes."""
 
-    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable]):
+    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
         self.buckets: dict[int, Acceptance] = {}
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
-        self.credit = 0.0  # seconds probes may still cost (see PROBE_SHARE)
+        self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
+        # drafted on the step before: a proposal after sitting out may first catch up on the
+        # context (a draft model runs every token it missed), which is not what drafting k costs
+        # in a run of drafting steps, so its time goes to the probe's account only
+        self.in_run = False
 
     def acceptance(self, bucket: int) -> Acceptance:
-        return self.buckets.setdefault(bucket, Acceptance())
+        found = self.buckets.get(bucket)
+        if found is None:
+            found = self.buckets[bucket] = Acceptance()
+        return found
 
 
 class AdaptivePolicy:
@@ -88,11 +96,17 @@ class AdaptivePolicy:
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if proposer.estimates is None:
-            proposer.estimates = Estimates(proposer, self.step_cost)
+            # A proposer nothing is known of starts with a full budget, so it is tried at once:
+            # on the prior alone a model drafter (a step of its own per draft) never looks worth
+            # it, and a budget earned from zero would first let it try some 100 steps in, when a
+            # short reply is over.
+            credit = MAX_CREDIT * self.verify(1)
+            proposer.estimates = Estimates(proposer, self.step_cost, credit)
         return proposer.estimates
 
     def choose(self, proposers: list[Proposer], context: list[int], limit: int) -> Choice:
-        plain = self.verify(1)
+        verify = self.verify.upto(MAX_K + 1)
+        plain = verify[1]
         best = Choice(None, 0, 1.0, plain, plain)
         overdue: Choice | None = None
         for proposer in proposers:
@@ -101,8 +115,10 @@ class AdaptivePolicy:
             if bucket == 0 or top < 1:  # nothing to propose here: not sitting out by choice
                 continue
             est = self.estimates(proposer)
-            ks = range(1, top + 1) if proposer.k == AUTO else [min(proposer.k, top)]
-            k, tokens, seconds = best_k(est.acceptance(bucket).rates(), ks, est.drafting, self.verify)
+            fixed = min(proposer.k, top) if proposer.k != AUTO else 0
+            ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
+            tokens = est.acceptance(bucket).tokens()
+            k, tokens, seconds = best_k(tokens, est.drafting.upto(MAX_K), verify, ks)
             option = Choice(proposer, k, tokens, seconds, plain, bucket=bucket)
             if option.rate > best.rate:
                 best = option
@@ -121,13 +137,16 @@ class AdaptivePolicy:
         for proposer in proposers:
             if proposer is not choice.proposer and proposer.estimates is not None:
                 est = proposer.estimates
+                est.in_run = False
                 est.credit = min(
                     est.credit + PROBE_SHARE * choice.plain_seconds, MAX_CREDIT * choice.plain_seconds
                 )
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
-        est.drafting.add(choice.k, step.propose_s)
+        if est.in_run:
+            est.drafting.add(choice.k, step.propose_s)
+        est.in_run = choice.k > 0
         est.acceptance(choice.bucket).record(len(step.drafts), step.accepted)
         if choice.probe:
             cost = step.propose_s + step.verify_s

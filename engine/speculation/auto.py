@@ -48,6 +48,10 @@ class AutoProposer(Proposer):
         for p in self._members:
             p.prime(context)
 
+    def warm_up(self, target, sampling) -> None:
+        for p in self._members:
+            p.warm_up(target, sampling)
+
     def propose(self, context: list[int], k: int) -> Proposal:
         raise EngineError("proposer auto drafts through the generation's choice of a member each step")
 

@@ -35,13 +35,26 @@ class CostTable:
         self.seed = seed
         self.measured: dict[int, float] = {}
         self.drift = 1.0  # measured / seed, moving
+        self._seeds: list[float] = [0.0]  # seed(0 .. n): the seed is fixed, so it is asked once
+        self._costs: list[float] | None = None  # upto()'s, until the next measurement
 
     def __call__(self, n: int) -> float:
         if n in self.measured:
             return self.measured[n]
         return self.seed(n) * self.drift
 
+    def upto(self, top: int) -> list[float]:
+        """[cost(0) = 0, cost(1) .. cost(top)]: the policy reads this every step, and it changes
+        only when a step is measured."""
+        if self._costs is None or len(self._costs) <= top:
+            while len(self._seeds) <= top:
+                self._seeds.append(self.seed(len(self._seeds)))
+            measured, drift = self.measured, self.drift
+            self._costs = [0.0] + [measured.get(n, self._seeds[n] * drift) for n in range(1, top + 1)]
+        return self._costs
+
     def add(self, n: int, seconds: float) -> None:
+        self._costs = None
         before = self.measured.get(n)
         self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
         seeded = self.seed(n)

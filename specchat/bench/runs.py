@@ -107,6 +107,11 @@ def methods(ks: list[int | str], loaded: list[LoadedProposer]) -> list[Method]:
 def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, proposer) -> Run:
     """One generation through our loop; the clock starts once the prefill step has returned and
     the proposer has read the prompt."""
+    # Every CUDA graph the reply may replay is captured before it, off the clock: a row's warm-up
+    # run captures only the step lengths it used, and k "auto" may choose others in a timed run.
+    model.warm_up(sampling)
+    if proposer is not None:
+        proposer.warm_up(model, sampling)
     gen = stream(model, ids, sampling, stop_ids=stop_ids, speculative=proposer)
     steps = iter(gen)
     first = next(steps)
