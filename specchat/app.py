@@ -12,7 +12,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Footer, Header
 
 from engine import EngineError, Generation, find_spec
 from specchat.feed import StepFeed
@@ -36,7 +36,7 @@ NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
-CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
+CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
 
 
 class SpecChat(App):
@@ -48,6 +48,7 @@ class SpecChat(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "stop", "stop", priority=True),
+        Binding("ctrl+c", "interrupt", "stop", priority=True, show=False),  # as in llama-cli; quit is ctrl+q
         Binding("ctrl+p", "next_proposer", "proposer", priority=True),
         Binding("plus,equals_sign", "k(1)", "k+", key_display="+"),
         Binding("minus", "k(-1)", "k−", key_display="-"),
@@ -243,8 +244,8 @@ class SpecChat(App):
 
     # ---- chatting ------------------------------------------------------------------------------
 
-    @on(Input.Submitted, "#prompt")
-    def submitted(self, event: Input.Submitted) -> None:
+    @on(PromptInput.Submitted, "#prompt")
+    def submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         event.input.clear()
         if text and not text.startswith("/") and (self.gen is not None or self.queued):
@@ -371,6 +372,15 @@ class SpecChat(App):
     def action_stop(self) -> None:
         if self.gen is not None:
             self.gen.cancel()
+
+    def action_interrupt(self) -> None:
+        """ctrl+c: stop the reply being written; with none, copy what is selected in the box."""
+        if self.gen is not None:
+            self.action_stop()
+        elif self.prompt.selected_text:
+            self.copy_to_clipboard(self.prompt.selected_text)
+        else:
+            self.notify("no reply to stop · ctrl+q quits")
 
     def action_new_chat(self) -> None:
         if self.queued:  # not sent into the new chat: back into the box, to send or to clear
