@@ -12,7 +12,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 
 from engine import EngineError, Generation, find_spec
 from specchat.feed import StepFeed
@@ -22,6 +22,7 @@ from specchat.options import check_k_flags, chosen_proposer
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
+from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
@@ -103,7 +104,7 @@ class SpecChat(App):
             yield self.panel
         yield self.prompt
         yield self.legend
-        yield Footer(compact=True)
+        yield KeyLine(id="keys")  # the footer, folded when narrow
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
@@ -232,7 +233,10 @@ class SpecChat(App):
         if self.session.model is None or self.loading_proposer:
             return
         names = self.session.proposer_names()
-        self.choose_proposer(names[(names.index(self.proposer_name) + 1) % len(names)])
+        name = names[(names.index(self.proposer_name) + 1) % len(names)]
+        self.choose_proposer(name)
+        if name == "off" and (gone := self.session.missing_proposers()):  # the cycle came round
+            self.notify("not in the cycle: " + " · ".join(f"{label}: {why}" for label, why in gone.items()))
 
     def action_k(self, change: int) -> None:
         k = clamp_k(next_k(self.settings.k, change))
