@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Header
 
 from engine import EngineError, Generation, find_spec
+from specchat.copying import last_code_block
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
@@ -37,7 +38,7 @@ NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
-CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
+CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help", "copy_reply", "copy_code"}
 
 
 class SpecChat(App):
@@ -57,6 +58,8 @@ class SpecChat(App):
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
+        Binding("f2", "copy_reply", "copy"),
+        Binding("f3", "copy_code", "copy code"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
@@ -385,6 +388,25 @@ class SpecChat(App):
             self.copy_to_clipboard(self.prompt.selected_text)
         else:
             self.notify("no reply to stop · ctrl+q quits")
+
+    def action_copy_reply(self) -> None:
+        """Put the last reply's text (as written so far) on the clipboard."""
+        replies = self.query(ReplyView)
+        if not replies or not replies.last().text:
+            self.notify("no reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(replies.last().text)
+        self.notify("reply copied")
+
+    def action_copy_code(self) -> None:
+        """Put the last reply's last code block on the clipboard."""
+        replies = self.query(ReplyView)
+        code = last_code_block(replies.last().text) if replies else None
+        if code is None:
+            self.notify("no code block in the last reply", severity="warning")
+            return
+        self.copy_to_clipboard(code)
+        self.notify(f"code block copied ({len(code.splitlines())} lines)")
 
     def action_new_chat(self) -> None:
         if self.queued:  # not sent into the new chat: back into the box, to send or to clear
