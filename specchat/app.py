@@ -12,9 +12,10 @@ from textual.app import App
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Header, Input
+from textual.widgets import Header
 
 from engine import EngineError, Generation, find_spec
+from specchat.copying import last_code_block
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
@@ -22,6 +23,7 @@ from specchat.options import check_k_flags, chosen_proposer
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings
 from specchat.widgets.help import HelpScreen
+from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
@@ -36,7 +38,7 @@ NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
-CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
+CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help", "copy_reply", "copy_code"}
 
 
 class SpecChat(App):
@@ -48,6 +50,7 @@ class SpecChat(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("escape", "stop", "stop", priority=True),
+        Binding("ctrl+c", "interrupt", "stop", priority=True, show=False),  # as in llama-cli; quit is ctrl+q
         Binding("ctrl+p", "next_proposer", "proposer", priority=True),
         Binding("plus,equals_sign", "k(1)", "k+", key_display="+"),
         Binding("minus", "k(-1)", "k−", key_display="-"),
@@ -55,6 +58,8 @@ class SpecChat(App):
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
+        Binding("f2", "copy_reply", "copy"),
+        Binding("f3", "copy_code", "copy code"),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
@@ -102,7 +107,7 @@ class SpecChat(App):
             yield self.panel
         yield self.prompt
         yield self.legend
-        yield Footer(compact=True)
+        yield KeyLine(id="keys")  # the footer, folded when narrow
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
@@ -231,7 +236,10 @@ class SpecChat(App):
         if self.session.model is None or self.loading_proposer:
             return
         names = self.session.proposer_names()
-        self.choose_proposer(names[(names.index(self.proposer_name) + 1) % len(names)])
+        name = names[(names.index(self.proposer_name) + 1) % len(names)]
+        self.choose_proposer(name)
+        if name == "off" and (gone := self.session.missing_proposers()):  # the cycle came round
+            self.notify("not in the cycle: " + " · ".join(f"{label}: {why}" for label, why in gone.items()))
 
     def action_k(self, change: int) -> None:
         k = clamp_k(next_k(self.settings.k, change))
@@ -243,8 +251,8 @@ class SpecChat(App):
 
     # ---- chatting ------------------------------------------------------------------------------
 
-    @on(Input.Submitted, "#prompt")
-    def submitted(self, event: Input.Submitted) -> None:
+    @on(PromptInput.Submitted, "#prompt")
+    def submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         event.input.clear()
         if text and not text.startswith("/") and (self.gen is not None or self.queued):
@@ -371,6 +379,34 @@ class SpecChat(App):
     def action_stop(self) -> None:
         if self.gen is not None:
             self.gen.cancel()
+
+    def action_interrupt(self) -> None:
+        """ctrl+c: stop the reply being written; with none, copy what is selected in the box."""
+        if self.gen is not None:
+            self.action_stop()
+        elif self.prompt.selected_text:
+            self.copy_to_clipboard(self.prompt.selected_text)
+        else:
+            self.notify("no reply to stop · ctrl+q quits")
+
+    def action_copy_reply(self) -> None:
+        """Put the last reply's text (as written so far) on the clipboard."""
+        replies = self.query(ReplyView)
+        if not replies or not replies.last().text:
+            self.notify("no reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(replies.last().text)
+        self.notify("reply copied")
+
+    def action_copy_code(self) -> None:
+        """Put the last reply's last code block on the clipboard."""
+        replies = self.query(ReplyView)
+        code = last_code_block(replies.last().text) if replies else None
+        if code is None:
+            self.notify("no code block in the last reply", severity="warning")
+            return
+        self.copy_to_clipboard(code)
+        self.notify(f"code block copied ({len(code.splitlines())} lines)")
 
     def action_new_chat(self) -> None:
         if self.queued:  # not sent into the new chat: back into the box, to send or to clear

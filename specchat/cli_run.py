@@ -6,7 +6,8 @@ import sys
 import time
 
 from engine import PACKS, Detokenizer, EngineError, cache_root, ensure_pack, pack_dir, stream
-from specchat.options import check_k_flags, load_target, progress_line, proposer_from, sampling_from
+from specchat.options import check_k_flags, load_target, proposer_from, sampling_from
+from specchat.progress import message_progress
 
 
 def read_prompt(args) -> str:
@@ -29,18 +30,19 @@ def run(args) -> int:
     sampling = sampling_from(args)
     prompt = read_prompt(args)
     check_k_flags(args)  # before the model loads: a bad flag costs no wait
-    model = load_target(args)
-    proposer = proposer_from(args, model)
+    with message_progress() as progress:  # fetching, converting, loading: a bar where they count
+        model = load_target(args, progress)
+        proposer = proposer_from(args, model, progress)
     if args.raw or model.tokenizer is None:
         ids = model.tokenizer.encode(prompt) if model.tokenizer else []
     else:
         ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
     if model.graphs is not None:  # compile and capture before the clock starts, as the chat does at load
-        progress_line("compiling kernels and capturing CUDA graphs")
-        model.warm_up(sampling)
-        if proposer is not None:
-            proposer.warm_up(model, sampling)
-    print(file=sys.stderr)
+        with message_progress() as progress:
+            progress("compiling kernels and capturing CUDA graphs")
+            model.warm_up(sampling)
+            if proposer is not None:
+                proposer.warm_up(model, sampling)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
     detok = Detokenizer(model.tokenizer.decode, set(model.stop_ids()), getattr(model.tokenizer, "batch_decode", None))
     started = time.perf_counter()
@@ -69,10 +71,7 @@ def pull(args) -> int:
             print(f"{name:20} {here:13} {pack.description}")
         print(f"cache: {cache_root()}")
         return 0
-    try:
-        path = ensure_pack(args.name, progress=progress_line)
-    finally:
-        if sys.stderr.isatty():  # end the progress line before the path or an error
-            print(file=sys.stderr)
+    with message_progress() as progress:
+        path = ensure_pack(args.name, progress=progress)
     print(f"{args.name}: {path}")
     return 0

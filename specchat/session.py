@@ -19,6 +19,7 @@ from engine import (
     SamplingParams,
     find_spec,
     load_proposer,
+    missing,
     offered,
     stream,
 )
@@ -101,6 +102,11 @@ class ChatSession:
         for the loaded model (a DFlash drafter `specchat train-dflash` wrote), less those refused at load."""
         names = ["off", *(chat_name(spec) for spec in offered(sources(self.args), self.model))]
         return [name for name in names if name not in self.refused]
+
+    def missing_proposers(self) -> dict[str, str]:
+        """Why each proposer left out of `proposer_names` is not offered (label -> reason)."""
+        failed = {name: f"did not load: {why}" for name, why in self.refused.items()}
+        return {**missing(sources(self.args), self.model), **failed}
 
     def needs_loading(self, name: str) -> bool:
         return name != "off" and find_spec(name).need is not None and name not in self._proposers

@@ -39,3 +39,17 @@ def test_help_screen(snap_compare, monkeypatch, tmp_path):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 36), run_before=help_screen)
+
+
+def test_narrow_screen_folds_the_legend_and_the_keys(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    session, app = scripted_app()
+
+    async def narrow(pilot):
+        await ready(pilot)
+        await say(pilot, "Tell me about the quick brown fox.")
+        session.release(5)
+        await until(pilot, lambda: len(app.stats.history) == 5, "five steps")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(60, 20), run_before=narrow)

@@ -153,7 +153,7 @@ def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_p
         in out.out
     )
     # progress: the engine's warm-up, then 10 jobs of 2 runs
-    assert "] 21/21 edit sampled specchat draft k=3" in out.err
+    assert "\n21/21 edit sampled specchat draft k=3\n" in out.err
 
 
 def test_speedup_and_best_k_are_ratios_of_the_measured_times():

@@ -34,6 +34,7 @@ from specchat.options import (
     proposer_options,
     sources,
 )
+from specchat.progress import message_progress, run_progress
 
 __all__ = ["add_bench_arguments", "add_compare_arguments", "add_steps_arguments", "bench", "compare"]
 
@@ -105,29 +106,6 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-class ProgressBar:
-    """Progress on stderr, ticked before each run: on a terminal one line redrawn each time; in a
-    log, a line at the start and at every tenth of the way, so the log stays short."""
-
-    def __init__(self, total: int, stream=None, width: int = 28):
-        self.total, self.done, self.width = max(total, 1), 0, width
-        self.stream = stream or sys.stderr
-        self.terminal = self.stream.isatty()
-
-    def tick(self, label: str) -> None:
-        filled = self.width * self.done // self.total
-        self.done += 1
-        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {label}"
-        if self.terminal:
-            print(f"\r{line:<90}", end="", file=self.stream, flush=True)
-        elif self.done == 1 or 10 * self.done // self.total > 10 * (self.done - 1) // self.total:
-            print(line, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.terminal:
-            print(file=self.stream, flush=True)
-
-
 def note(message: str) -> None:
     if sys.stderr.isatty():
         print(f"\r{message:<90}", end="", file=sys.stderr, flush=True)
@@ -139,12 +117,13 @@ def load_models(args):
     """The target and every proposer the options offer, loaded once (each makes its rows' proposers)."""
     if args.max_context is not None and args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
-    target = load_model(
-        args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=note,
-        batch_invariant=args.batch_invariant,
-    )
-    options = proposer_options(args, note)
-    return target, [load_proposer(spec.name, target, options) for spec in offered(sources(args))]
+    with message_progress() as progress:
+        target = load_model(
+            args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=progress,
+            batch_invariant=args.batch_invariant,
+        )
+        options = proposer_options(args, progress)
+        return target, [load_proposer(spec.name, target, options) for spec in offered(sources(args))]
 
 
 def check_settings(args) -> None:
@@ -193,11 +172,8 @@ def torch_threads(n: int | None):
 
 
 def run_jobs(jobs, args) -> list[dict]:
-    bar = ProgressBar(planned_runs(jobs, args.warmup, args.repeats))
-    try:
-        return execute(jobs, args.warmup, args.repeats, bar.tick)
-    finally:
-        bar.close()
+    with run_progress(planned_runs(jobs, args.warmup, args.repeats)) as tick:
+        return execute(jobs, args.warmup, args.repeats, tick)
 
 
 def bench(args, argv: list[str] | None = None) -> int:

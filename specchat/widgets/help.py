@@ -15,7 +15,10 @@ from specchat.widgets.transcript import STYLES
 
 KEYS = (
     ("enter", "send the message"),
-    ("esc", "stop the reply (what was written stays)"),
+    ("shift+enter", "a new line in the message (or ctrl+j)"),
+    ("up / down", "the messages sent before, from the first / last line"),
+    ("esc / ctrl+c", "stop the reply (what was written stays)"),
+    ("f2 / f3", "copy the last reply / its last code block"),
     ("ctrl+p", "next proposer: off, {proposers} (those given)"),
     ("+ / -", "more or fewer drafts per step (k), with the input empty"),
     ("ctrl+t", "teaching view: show refused drafts"),
@@ -60,7 +63,7 @@ def proposers() -> Content:
 def keys() -> Content:
     names = ", ".join(spec.label for spec in proposer_specs())
     return Content("\n").join(
-        Content.assemble((f"{key:>9}  ", "bold $text-accent"), what.format(proposers=names)) for key, what in KEYS
+        Content.assemble((f"{key:>12}  ", "bold $text-accent"), what.format(proposers=names)) for key, what in KEYS
     )
 
 

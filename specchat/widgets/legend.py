@@ -1,10 +1,10 @@
-"""The line under the input that says what each token style means."""
+"""The line under the input that says what each token style means; it folds between entries."""
 
 from __future__ import annotations
 
 from textual.content import Content
-from textual.widgets import Static
 
+from specchat.widgets.folded import Folded
 from specchat.widgets.transcript import STYLES
 
 ENTRIES = (
@@ -15,14 +15,12 @@ ENTRIES = (
 )
 
 
-def legend(teaching: bool) -> Content:
-    parts: list = []
-    for kind, name in ENTRIES:
-        parts += [(name, STYLES[kind]), "  "]
-    parts += [("refused", STYLES["refused"]), (f" teaching {'on' if teaching else 'off'}", "$text-muted")]
-    return Content.assemble(*parts)
+def legend(teaching: bool) -> list[Content]:
+    entries = [Content.styled(name, STYLES[kind]) for kind, name in ENTRIES]
+    teaching_state = Content.styled(f" teaching {'on' if teaching else 'off'}", "$text-muted")
+    return [*entries, Content.styled("refused", STYLES["refused"]) + teaching_state]
 
 
-class Legend(Static):
+class Legend(Folded):
     def show(self, teaching: bool) -> None:
-        self.update(legend(teaching))
+        self.set_entries(legend(teaching))

@@ -37,7 +37,7 @@ SPEC = ProposerSpec(
     label="DFlash",
     summary="a block-diffusion drafter reads the target's hidden states and drafts a block in one pass",
     need=Need("dflash", "DRAFTER", f"DFlash drafter directory or hub id (z-lab format); '{RANDOM}': random weights",
-              "no --dflash drafter given"),
+              "no --dflash drafter given, and none trained for this model in the cache"),
     load=load,
     make=lambda drafter, k: DFlashProposer(drafter, k=k),
     max_k=lambda drafter: drafter.block_size - 1,
