@@ -20,7 +20,8 @@ from specchat.frames import SWITCH_S, FramePacer
 from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
 from specchat.options import check_k_flags, chosen_proposer
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
-from specchat.settings import ChatRecord, Settings
+from specchat.settings import ChatRecord, Settings, data_dir
+from specchat.stats_file import write_stats
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
@@ -396,6 +397,8 @@ class SpecChat(App):
                             severity="error")
                 return
             self.notify(f"chat written to {path}")
+        elif name == "/stats":
+            self.export_stats(rest)
         elif name == "/new":
             self.action_new_chat()
         elif name == "/resume":
@@ -414,10 +417,21 @@ class SpecChat(App):
             self.action_help()
         else:
             self.notify(
-                f"unknown command {text!r}: /export [FILE], /new, /resume, /system TEXT, /k N, "
+                f"unknown command {text!r}: /export [FILE], /stats [FILE], /new, /resume, /system TEXT, /k N, "
                 f"/proposer {'|'.join(self.session.proposer_names())}, /help",
                 severity="warning",
             )
+
+    def export_stats(self, rest: str) -> None:
+        """/stats [FILE]: the reply's and the session's figures as FILE.json and FILE.csv."""
+        path = Path(rest).expanduser() if rest else data_dir() / "exports" / f"{self.record.id}-stats"
+        about = {"model": self.session.label, "proposer": self.proposer_name, "k": self.settings.k}
+        try:
+            json_path, csv_path = write_stats(path, {"reply": self.stats.reply, "session": self.stats.session}, about)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(f"figures written to {json_path} and {csv_path.name}")
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching
