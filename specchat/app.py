@@ -23,11 +23,12 @@ from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings, data_dir
 from specchat.stats_file import write_stats
 from specchat.widgets.help import HelpScreen
+from specchat.widgets.inspector import StepInspector
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
 from specchat.widgets.settings_screen import SettingsScreen
-from specchat.widgets.transcript import Loading, ReplyView, Transcript
+from specchat.widgets.transcript import Loading, ReplyView, TokenPicked, Transcript
 
 WELCOME = (
     "Ask anything. Each token of a reply shows where it came from (see the legend below): "
@@ -37,7 +38,8 @@ NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
-CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help"}
+CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help", "inspector",
+                "move_cursor"}
 
 
 class SpecChat(App):
@@ -56,6 +58,9 @@ class SpecChat(App):
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
+        Binding("f2", "inspector", "inspect", priority=True, show=False),  # in the help, not the footer
+        Binding("alt+left", "move_cursor(-1)", "token ←", priority=True, show=False),
+        Binding("alt+right", "move_cursor(1)", "token →", priority=True, show=False),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
@@ -88,6 +93,8 @@ class SpecChat(App):
         self.reply_id = 0
         self.reply: ReplyView | None = None
         self.panel_forced: bool | None = None  # ctrl+b's choice; None: by the terminal's width
+        self.inspecting = False  # the step inspector (f2): steps keep their verify numbers
+        self.inspected: ReplyView | None = None  # the reply whose token the inspector shows
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -101,6 +108,9 @@ class SpecChat(App):
             with self.chat:
                 yield self.loading
             yield self.panel
+        self.inspector = StepInspector(id="inspector")
+        self.inspector.display = False
+        yield self.inspector
         yield self.prompt
         yield self.legend
         yield Footer(compact=True)
@@ -276,9 +286,13 @@ class SpecChat(App):
         self.save_record()
         self.chat.add_user(text)
         self.reply = self.chat.add_reply(self.settings.teaching)
+        self.reply.inspecting = self.inspecting
+        if self.inspecting and (self.inspected is None or not self.inspected.is_attached):
+            self.inspected = self.reply
         self.stats.new_reply(started=self.clock())
         self.reply_id += 1
         self.gen = gen
+        gen.inspect = self.inspecting
         self.feed = StepFeed(self.reply_id)
         self.start_frames()
         self.run_engine(gen, self.feed)
@@ -306,7 +320,7 @@ class SpecChat(App):
             return
         shown = self.feed.take()
         if shown:
-            self.reply.add([piece for s in shown for piece in s.pieces])
+            self.reply.add_steps(shown)
             for s in shown:
                 self.stats.add(s.step)
             self.stats.shown(self.clock())
@@ -432,6 +446,48 @@ class SpecChat(App):
             self.notify(str(err), severity="error")
             return
         self.notify(f"figures written to {json_path} and {csv_path.name}")
+
+    # ---- the step inspector ------------------------------------------------------------------------
+
+    def action_inspector(self) -> None:
+        """f2: keep each step's verify numbers from now on, and show the step under the cursor."""
+        self.inspecting = not self.inspecting
+        if self.gen is not None:
+            self.gen.inspect = self.inspecting  # read at the reply's next step
+        self.inspector.display = self.inspecting
+        if self.inspected is None or not self.inspected.is_attached:
+            self.inspected = self.reply
+        if self.inspected is not None and self.inspected.cursor is None and self.inspected.pieces:
+            self.inspected.cursor = len(self.inspected.pieces) - 1
+        for reply in self.chat.query(ReplyView):
+            reply.set_cursor(self.inspecting, reply.cursor if reply is self.inspected else None)
+        self.show_inspected()
+
+    def action_move_cursor(self, change: int) -> None:
+        reply = self.inspected
+        if not self.inspecting or reply is None or not reply.pieces:
+            return
+        at = reply.cursor if reply.cursor is not None else len(reply.pieces)
+        reply.set_cursor(True, max(0, min(len(reply.pieces) - 1, at + change)))
+        self.show_inspected()
+
+    @on(TokenPicked)
+    def token_picked(self, message: TokenPicked) -> None:
+        if self.inspected is not None and self.inspected is not message.reply and self.inspected.is_attached:
+            self.inspected.set_cursor(True, None)
+        self.inspected = message.reply
+        message.reply.set_cursor(True, message.index)
+        self.show_inspected()
+
+    def show_inspected(self) -> None:
+        reply = self.inspected
+        if not self.inspecting:
+            return
+        if reply is None or reply.cursor is None or reply.cursor >= len(reply.steps):
+            self.inspector.show_step(None, "", self.session.decode, None)
+            return
+        piece = reply.pieces[reply.cursor][0]
+        self.inspector.show_step(reply.steps[reply.cursor], piece, self.session.decode, self.stats.plain_step_s)
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching
