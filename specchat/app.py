@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -17,13 +18,15 @@ from textual.widgets import Footer, Header, Input
 from engine import EngineError, Generation, find_spec
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
-from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
+from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, RaceDone, ReplyDone
 from specchat.options import check_k_flags, chosen_proposer
+from specchat.race import export_race, run_race
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings, data_dir
 from specchat.stats_file import write_stats
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.inspector import StepInspector
+from specchat.widgets.race_screen import RaceScreen
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
@@ -39,7 +42,7 @@ PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help", "inspector",
-                "move_cursor"}
+                "move_cursor", "race"}
 
 
 class SpecChat(App):
@@ -61,6 +64,7 @@ class SpecChat(App):
         Binding("f2", "inspector", "inspect", priority=True, show=False),  # in the help, not the footer
         Binding("alt+left", "move_cursor(-1)", "token ←", priority=True, show=False),
         Binding("alt+right", "move_cursor(1)", "token →", priority=True, show=False),
+        Binding("ctrl+r", "race", "race", priority=True, show=False),  # in the help, not the footer
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
@@ -95,6 +99,7 @@ class SpecChat(App):
         self.panel_forced: bool | None = None  # ctrl+b's choice; None: by the terminal's width
         self.inspecting = False  # the step inspector (f2): steps keep their verify numbers
         self.inspected: ReplyView | None = None  # the reply whose token the inspector shows
+        self.racing: threading.Event | None = None  # set: stop the race (/compare) running now
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -150,7 +155,7 @@ class SpecChat(App):
         if action in ("quit", "leave"):
             return (action == "leave") == bool(self.load_error)
         if action == "stop":
-            return True if self.gen is not None else None  # None: shown, greyed out
+            return True if self.gen is not None or self.racing is not None else None  # None: shown, greyed out
         return True
 
     # ---- loading -------------------------------------------------------------------------------
@@ -258,7 +263,7 @@ class SpecChat(App):
     def submitted(self, event: Input.Submitted) -> None:
         text = event.value.strip()
         event.input.clear()
-        if text and not text.startswith("/") and (self.gen is not None or self.queued):
+        if text and not text.startswith("/") and (self.gen is not None or self.racing is not None or self.queued):
             self.queued.append(text)
             self.notify(f"queued ({len(self.queued)}): sent when the reply being written ends · esc stops it")
             return
@@ -386,6 +391,8 @@ class SpecChat(App):
     def action_stop(self) -> None:
         if self.gen is not None:
             self.gen.cancel()
+        if self.racing is not None:
+            self.racing.set()
 
     def action_new_chat(self) -> None:
         if self.queued:  # not sent into the new chat: back into the box, to send or to clear
@@ -411,6 +418,8 @@ class SpecChat(App):
                             severity="error")
                 return
             self.notify(f"chat written to {path}")
+        elif name == "/compare":
+            self.action_race()
         elif name == "/stats":
             self.export_stats(rest)
         elif name == "/new":
@@ -431,7 +440,7 @@ class SpecChat(App):
             self.action_help()
         else:
             self.notify(
-                f"unknown command {text!r}: /export [FILE], /stats [FILE], /new, /resume, /system TEXT, /k N, "
+                f"unknown command {text!r}: /export [FILE], /stats [FILE], /compare, /new, /resume, /system TEXT, /k N, "
                 f"/proposer {'|'.join(self.session.proposer_names())}, /help",
                 severity="warning",
             )
@@ -488,6 +497,51 @@ class SpecChat(App):
             return
         piece = reply.pieces[reply.cursor][0]
         self.inspector.show_step(reply.steps[reply.cursor], piece, self.session.decode, self.stats.plain_step_s)
+
+    # ---- the race (/compare) -----------------------------------------------------------------------
+
+    def action_race(self) -> None:
+        """Run the last prompt through plain decoding and every proposer ready now, one by one."""
+        users = [i for i, m in enumerate(self.record.messages) if m["role"] == "user"]
+        if not users:
+            self.notify("nothing to race yet: send a message first", severity="warning")
+            return
+        if self.gen is not None or self.racing is not None:
+            self.notify("a reply or a race is running: esc stops it first", severity="warning")
+            return
+        history = self.record.history()[: users[-1] + 1]
+        try:
+            ids = self.session.prompt_ids(history, self.settings.system)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        names = [n for n in self.session.proposer_names() if n != "off" and not self.session.needs_loading(n)]
+        entrants = [("off", 0), *((n, self.settings.k) for n in names)]
+        self.racing = threading.Event()
+        self.refresh_bindings()
+        self.notify(f"racing {', '.join(n for n, _ in entrants)} on your last prompt (esc stops)")
+        self.run_race(ids, self.settings.sampling(), entrants, self.racing)
+
+    @work(thread=True, exit_on_error=False, group="engine")
+    def run_race(self, ids, sampling, entrants, cancelled: threading.Event) -> None:
+        self.post_message(RaceDone(run_race(self.session, ids, sampling, entrants, cancelled)))
+
+    @on(RaceDone)
+    def race_done(self, message: RaceDone) -> None:
+        self.racing = None
+        self.refresh_bindings()
+        self.push_screen(RaceScreen(message.race, self.export_race))
+        if self.queued:  # sent while the race ran
+            self.send(self.queued.pop(0))
+
+    def export_race(self, race) -> None:
+        path = data_dir() / "exports" / f"{self.record.id}-race"
+        try:
+            json_path, csv_path = export_race(path, race)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(f"race written to {json_path} and {csv_path.name}")
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching

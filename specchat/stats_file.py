@@ -42,13 +42,16 @@ def csv_rows(scopes: dict[str, Metrics]) -> list[tuple[str, str, str, object]]:
 
 def write_stats(path: Path, scopes: dict[str, Metrics], about: dict | None = None) -> tuple[Path, Path]:
     """Write both files (each whole or not at all); a path that cannot be written is one EngineError."""
+    rows = [("scope", "metric", "position", "value"), *csv_rows(scopes)]
+    return write_pair(path, figures(scopes, about), rows)
+
+
+def write_pair(path: Path, data: object, rows: list[tuple]) -> tuple[Path, Path]:
+    """`data` as PATH.json and `rows` (a header first) as PATH.csv."""
     json_path, csv_path = stats_paths(Path(path).expanduser())
     text = io.StringIO()
-    writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(("scope", "metric", "position", "value"))
-    writer.writerows(csv_rows(scopes))
-    for target, content in ((json_path, json.dumps(figures(scopes, about), indent=2) + "\n"),
-                            (csv_path, text.getvalue())):
+    csv.writer(text, lineterminator="\n").writerows(rows)
+    for target, content in ((json_path, json.dumps(data, indent=2) + "\n"), (csv_path, text.getvalue())):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(target.name + ".part")
