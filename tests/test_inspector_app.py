@@ -65,3 +65,15 @@ async def test_with_the_inspector_off_steps_keep_no_numbers():
         app.post_message(TokenPicked(reply(app), 3))
         await pilot.pause()
         assert "the inspector was off when this step ran" in panel_text(app)
+
+
+@pilot_test
+async def test_the_help_explains_one_step_and_points_at_the_inspector_and_the_race():
+    app = make_app(ScriptedSession(), Settings(), save=False)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await ready(pilot)
+        await pilot.press("f1")
+        how = str(app.screen.query_one("#help-how").render())
+        keys = str(app.screen.query_one("#help-keys").render())
+        assert "min(1, p/q)" in how and "f2 opens the step inspector" in how and "ctrl+r races" in how
+        assert "step inspector" in keys and "/compare" in keys and "/stats" in keys
