@@ -519,7 +519,7 @@ class SpecChat(App):
         entrants = [("off", 0), *((n, self.settings.k) for n in names)]
         self.racing = threading.Event()
         self.refresh_bindings()
-        self.notify(f"racing {', '.join(n for n, _ in entrants)} on your last prompt (esc stops)")
+        self.notify(f"racing plain decoding{''.join(', ' + n for n in names)} on your last prompt (esc stops)")
         self.run_race(ids, self.settings.sampling(), entrants, self.racing)
 
     @work(thread=True, exit_on_error=False, group="engine")
