@@ -10,6 +10,8 @@
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
+#   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
+#            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -66,5 +68,13 @@ chat)
   ;;
 adaptive)
   timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
+  ;;
+inspector)
+  for round in 1 2; do
+    timeout 280 python3 bench/gpu/inspector.py --label "new, round $round" 2>&1 | grep -v "Warn\|warn" \
+      | tee -a "$OUT/inspector.txt"
+    [ -d .oldtree ] && (cd .oldtree && PYTHONPATH=/tmp/site:. timeout 280 python3 ../bench/gpu/inspector.py \
+      --label "old, round $round" 2>&1 | grep -v "Warn\|warn" | tee -a "$OUT/inspector.txt")
+  done
   ;;
 esac
