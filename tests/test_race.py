@@ -90,3 +90,22 @@ async def test_slash_compare_races_the_last_prompt_and_shows_every_entrant(home)
         assert [r["proposer"] for r in data["rows"]] == [r.name for r in race.rows]
         await pilot.press("escape")
         assert not isinstance(app.screen, RaceScreen)
+
+
+@pilot_test
+async def test_esc_stops_the_race_at_its_next_step(home):
+    session = ScriptedSession(accepts=[2])
+    app = make_app(session, Settings(proposer="n-gram", k=4), save=False)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await ready(pilot)
+        await ask(pilot, "go")
+        session.stepwise = True  # the race's steps wait for release()
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: app.racing is not None, "the race")
+        await pilot.press("escape")
+        session.release(1)
+        await until(pilot, lambda: isinstance(app.screen, RaceScreen), "the stopped race")
+        race = app.screen.race
+        assert [r.name for r in race.rows] == ["off"] and race.rows[0].finished == "cancelled"
+        assert race.same_as_plain(race.rows[0]) is None
+        assert app.racing is None

@@ -10,6 +10,7 @@ probability says how sure the model was), the filtered, tempered distribution ot
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,7 @@ class Inspection:
     drafts: list[DraftCheck]
     top: list[tuple[int, float]]  # the five likeliest tokens where the step decided its last token
     greedy: bool
+    read_s: float = 0.0  # what reading these numbers cost, after the step's clock stopped
 
     @property
     def decided_at(self) -> int:
@@ -55,6 +57,7 @@ def inspect_step(logits: torch.Tensor, model_tokens: torch.Tensor, drafts: list[
                  q: torch.Tensor | None, position: int, sampling: SamplingParams) -> Inspection:
     """logits [k + 1, V] and model_tokens [k + 1] of the verify step over [last, d1..dk]; q [k, V]
     the drafter's distributions when the drafts were sampled (None: compared to the model's own)."""
+    started = time.perf_counter()
     k = len(drafts)
     p = shown_distribution(logits[: k + 1], sampling)
     rows = torch.arange(k + 1, device=p.device)
@@ -78,5 +81,5 @@ def inspect_step(logits: torch.Tensor, model_tokens: torch.Tensor, drafts: list[
         if sampled:
             check.q, check.ratio, check.u = extra[0][i], extra[1][i], extra[2][i]
         checks.append(check)
-    return Inspection(position, own_l, model_p_l, checks,
-                      list(zip(top.indices.tolist(), top.values.tolist())), sampling.greedy)
+    top_l = list(zip(top.indices.tolist(), top.values.tolist()))
+    return Inspection(position, own_l, model_p_l, checks, top_l, sampling.greedy, time.perf_counter() - started)

@@ -15,7 +15,7 @@ from engine import Step
 
 KEPT, REFUSED, UNTESTED = ("kept", "$text-success"), ("refused", "$text-error"), ("not tested", "$text-muted")
 # what keeping the numbers costs: a few floats per position, one host copy per step
-COST = "inspector on: each step copies its verdict numbers off the device once, after its clock"
+COST = "inspector on: reading these took {ms} after the step's clock (plain runs go one step at a time)"
 
 
 def token_text(decode: Callable[[list[int]], str], token: int) -> str:
@@ -59,7 +59,7 @@ def step_lines(step: Step, piece: str, decode: Callable[[list[int]], str], plain
     where = "the rejection point" if view.decided_at < len(step.drafts) else "the last position"
     lines.append(f"top {len(view.top)} at {where}:")
     lines += [f"  {token_text(decode, t)}  {p:.4f}" for t, p in view.top]
-    lines.append((COST, "$text-muted italic"))
+    lines.append((COST.format(ms=ms(view.read_s)), "$text-muted italic"))
     return lines
 
 
