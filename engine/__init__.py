@@ -24,6 +24,7 @@ from engine.profile import profile_steps
 from engine.runtime.model import Model, random_model
 from engine.runtime.sampling import SamplingParams
 from engine.speculation.auto import AutoProposer
+from engine.speculation.inspection import DraftCheck, Inspection
 from engine.speculation.loop import Generation, Result, Step, generate, stream
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import AUTO, Proposal, Proposer, check_k
@@ -55,7 +56,7 @@ from engine.speculation.registry import (
 
 __all__ = [
     "AUTO", "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
-    "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftProposer", "EngineError", "Finished", "Generation",
+    "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftCheck", "DraftProposer", "EngineError", "Finished", "Generation", "Inspection",
     "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
     "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "StepReport", "TrainSettings",
     "build_prompts", "cache_root", "cached_drafter_dir", "check_k", "check_same_vocabulary", "ensure_pack",

@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--prompt-file", help="read the user message from a file")
     run.add_argument("--system", default=None)
     run.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text to continue")
+    run.add_argument("--stats", metavar="FILE", default=None,
+                     help="write the reply's figures (vLLM's metric names) to FILE.json and FILE.csv")
     gen = sub.add_parser("generate", help="replies to a JSONL file of prompts, decoded in batches")
     add_model_arguments(gen, DEFAULT_MODEL, speculation=False)
     add_generate_arguments(gen)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -18,17 +19,21 @@ from engine import EngineError, Generation, find_spec
 from specchat.copying import last_code_block
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
-from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, ReplyDone
+from specchat.messages import LoadFailed, LoadProgress, ModelReady, ProposerReady, RaceDone, ReplyDone
 from specchat.options import check_k_flags, chosen_proposer
+from specchat.race import export_race, run_race
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
-from specchat.settings import ChatRecord, Settings
+from specchat.settings import ChatRecord, Settings, data_dir
+from specchat.stats_file import write_stats
 from specchat.widgets.help import HelpScreen
+from specchat.widgets.inspector import StepInspector
 from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
+from specchat.widgets.race_screen import RaceScreen
 from specchat.widgets.settings_screen import SettingsScreen
-from specchat.widgets.transcript import Loading, ReplyView, Transcript
+from specchat.widgets.transcript import Loading, ReplyView, TokenPicked, Transcript
 
 WELCOME = (
     "Ask anything. Each token of a reply shows where it came from (see the legend below): "
@@ -38,7 +43,8 @@ NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 15  # how often the panel's figures follow them
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
-CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help", "copy_reply", "copy_code"}
+CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
+                "copy_reply", "copy_code", "inspector", "move_cursor", "race"}
 
 
 class SpecChat(App):
@@ -60,6 +66,10 @@ class SpecChat(App):
         Binding("ctrl+n", "new_chat", "new", priority=True),
         Binding("f2", "copy_reply", "copy"),
         Binding("f3", "copy_code", "copy code"),
+        Binding("f4", "inspector", "inspect", priority=True),
+        Binding("alt+left", "move_cursor(-1)", "token ←", priority=True, show=False),
+        Binding("alt+right", "move_cursor(1)", "token →", priority=True, show=False),
+        Binding("ctrl+r", "race", "race", priority=True),
         Binding("question_mark", "help", "help", key_display="?"),
         Binding("f1", "help", "help", priority=True, show=False),
         Binding("ctrl+q", "quit", "quit", priority=True, show=False),
@@ -92,6 +102,9 @@ class SpecChat(App):
         self.reply_id = 0
         self.reply: ReplyView | None = None
         self.panel_forced: bool | None = None  # ctrl+b's choice; None: by the terminal's width
+        self.inspecting = False  # the step inspector (f4): steps keep their verify numbers
+        self.inspected: ReplyView | None = None  # the reply whose token the inspector shows
+        self.racing: threading.Event | None = None  # set: stop the race (/compare) running now
 
     # ---- layout --------------------------------------------------------------------------------
 
@@ -105,6 +118,9 @@ class SpecChat(App):
             with self.chat:
                 yield self.loading
             yield self.panel
+        self.inspector = StepInspector(id="inspector")
+        self.inspector.display = False
+        yield self.inspector
         yield self.prompt
         yield self.legend
         yield KeyLine(id="keys")  # the footer, folded when narrow
@@ -144,7 +160,7 @@ class SpecChat(App):
         if action in ("quit", "leave"):
             return (action == "leave") == bool(self.load_error)
         if action == "stop":
-            return True if self.gen is not None else None  # None: shown, greyed out
+            return True if self.gen is not None or self.racing is not None else None  # None: shown, greyed out
         return True
 
     # ---- loading -------------------------------------------------------------------------------
@@ -255,7 +271,7 @@ class SpecChat(App):
     def submitted(self, event: PromptInput.Submitted) -> None:
         text = event.value.strip()
         event.input.clear()
-        if text and not text.startswith("/") and (self.gen is not None or self.queued):
+        if text and not text.startswith("/") and (self.gen is not None or self.racing is not None or self.queued):
             self.queued.append(text)
             self.notify(f"queued ({len(self.queued)}): sent when the reply being written ends · esc stops it")
             return
@@ -283,9 +299,13 @@ class SpecChat(App):
         self.save_record()
         self.chat.add_user(text)
         self.reply = self.chat.add_reply(self.settings.teaching)
+        self.reply.inspecting = self.inspecting
+        if self.inspecting and (self.inspected is None or not self.inspected.is_attached):
+            self.inspected = self.reply
         self.stats.new_reply(started=self.clock())
         self.reply_id += 1
         self.gen = gen
+        gen.inspect = self.inspecting
         self.feed = StepFeed(self.reply_id)
         self.start_frames()
         self.run_engine(gen, self.feed)
@@ -313,7 +333,7 @@ class SpecChat(App):
             return
         shown = self.feed.take()
         if shown:
-            self.reply.add([piece for s in shown for piece in s.pieces])
+            self.reply.add_steps(shown)
             for s in shown:
                 self.stats.add(s.step)
             self.stats.shown(self.clock())
@@ -379,6 +399,8 @@ class SpecChat(App):
     def action_stop(self) -> None:
         if self.gen is not None:
             self.gen.cancel()
+        if self.racing is not None:
+            self.racing.set()
 
     def action_interrupt(self) -> None:
         """ctrl+c: stop the reply being written; with none, copy what is selected in the box."""
@@ -432,6 +454,10 @@ class SpecChat(App):
                             severity="error")
                 return
             self.notify(f"chat written to {path}")
+        elif name == "/compare":
+            self.action_race()
+        elif name == "/stats":
+            self.export_stats(rest)
         elif name == "/new":
             self.action_new_chat()
         elif name == "/resume":
@@ -450,10 +476,108 @@ class SpecChat(App):
             self.action_help()
         else:
             self.notify(
-                f"unknown command {text!r}: /export [FILE], /new, /resume, /system TEXT, /k N, "
+                f"unknown command {text!r}: /export [FILE], /stats [FILE], /compare, /new, /resume, /system TEXT, /k N, "
                 f"/proposer {'|'.join(self.session.proposer_names())}, /help",
                 severity="warning",
             )
+
+    def export_stats(self, rest: str) -> None:
+        """/stats [FILE]: the reply's and the session's figures as FILE.json and FILE.csv."""
+        path = Path(rest).expanduser() if rest else data_dir() / "exports" / f"{self.record.id}-stats"
+        about = {"model": self.session.label, "proposer": self.proposer_name, "k": self.settings.k}
+        try:
+            json_path, csv_path = write_stats(path, {"reply": self.stats.reply, "session": self.stats.session}, about)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(f"figures written to {json_path} and {csv_path.name}")
+
+    # ---- the step inspector ------------------------------------------------------------------------
+
+    def action_inspector(self) -> None:
+        """f2: keep each step's verify numbers from now on, and show the step under the cursor."""
+        self.inspecting = not self.inspecting
+        if self.gen is not None:
+            self.gen.inspect = self.inspecting  # read at the reply's next step
+        self.inspector.display = self.inspecting
+        if self.inspected is None or not self.inspected.is_attached:
+            self.inspected = self.reply
+        if self.inspected is not None and self.inspected.cursor is None and self.inspected.pieces:
+            self.inspected.cursor = len(self.inspected.pieces) - 1
+        for reply in self.chat.query(ReplyView):
+            reply.set_cursor(self.inspecting, reply.cursor if reply is self.inspected else None)
+        self.show_inspected()
+
+    def action_move_cursor(self, change: int) -> None:
+        reply = self.inspected
+        if not self.inspecting or reply is None or not reply.pieces:
+            return
+        at = reply.cursor if reply.cursor is not None else len(reply.pieces)
+        reply.set_cursor(True, max(0, min(len(reply.pieces) - 1, at + change)))
+        self.show_inspected()
+
+    @on(TokenPicked)
+    def token_picked(self, message: TokenPicked) -> None:
+        if self.inspected is not None and self.inspected is not message.reply and self.inspected.is_attached:
+            self.inspected.set_cursor(True, None)
+        self.inspected = message.reply
+        message.reply.set_cursor(True, message.index)
+        self.show_inspected()
+
+    def show_inspected(self) -> None:
+        reply = self.inspected
+        if not self.inspecting:
+            return
+        if reply is None or reply.cursor is None or reply.cursor >= len(reply.steps):
+            self.inspector.show_step(None, "", self.session.decode, None)
+            return
+        piece = reply.pieces[reply.cursor][0]
+        self.inspector.show_step(reply.steps[reply.cursor], piece, self.session.decode, self.stats.plain_step_s)
+
+    # ---- the race (/compare) -----------------------------------------------------------------------
+
+    def action_race(self) -> None:
+        """Run the last prompt through plain decoding and every proposer ready now, one by one."""
+        users = [i for i, m in enumerate(self.record.messages) if m["role"] == "user"]
+        if not users:
+            self.notify("nothing to race yet: send a message first", severity="warning")
+            return
+        if self.gen is not None or self.racing is not None:
+            self.notify("a reply or a race is running: esc stops it first", severity="warning")
+            return
+        history = self.record.history()[: users[-1] + 1]
+        try:
+            ids = self.session.prompt_ids(history, self.settings.system)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        names = [n for n in self.session.proposer_names() if n != "off" and not self.session.needs_loading(n)]
+        entrants = [("off", 0), *((n, self.settings.k) for n in names)]
+        self.racing = threading.Event()
+        self.refresh_bindings()
+        self.notify(f"racing plain decoding{''.join(', ' + n for n in names)} on your last prompt (esc stops)")
+        self.run_race(ids, self.settings.sampling(), entrants, self.racing)
+
+    @work(thread=True, exit_on_error=False, group="engine")
+    def run_race(self, ids, sampling, entrants, cancelled: threading.Event) -> None:
+        self.post_message(RaceDone(run_race(self.session, ids, sampling, entrants, cancelled)))
+
+    @on(RaceDone)
+    def race_done(self, message: RaceDone) -> None:
+        self.racing = None
+        self.refresh_bindings()
+        self.push_screen(RaceScreen(message.race, self.export_race))
+        if self.queued:  # sent while the race ran
+            self.send(self.queued.pop(0))
+
+    def export_race(self, race) -> None:
+        path = data_dir() / "exports" / f"{self.record.id}-race"
+        try:
+            json_path, csv_path = export_race(path, race)
+        except EngineError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.notify(f"race written to {json_path} and {csv_path.name}")
 
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching

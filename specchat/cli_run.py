@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from engine import PACKS, Detokenizer, EngineError, cache_root, ensure_pack, pack_dir, stream
 from specchat.options import check_k_flags, load_target, proposer_from, sampling_from
 from specchat.progress import message_progress
+from specchat.stats_file import write_stats
 
 
 def read_prompt(args) -> str:
@@ -61,6 +63,10 @@ def run(args) -> int:
     if finished == "length" and len(gen.tokens) < sampling.max_tokens:
         ending = f", stopped: the context is full (--max-context {model.max_context}, the prompt took {len(ids)})"
     print(f"[{who}] {m.summary()}, prefill {1000 * m.prefill_s:.0f} ms, wall {wall:.1f} s{ending}", file=sys.stderr)
+    if args.stats:
+        about = {"model": args.model, "proposer": who, "finished": finished}
+        written = write_stats(Path(args.stats), {"reply": m, "session": m}, about)
+        print(f"figures written to {written[0]} and {written[1]}", file=sys.stderr)
     return 0
 
 

@@ -43,3 +43,10 @@ class ReplyDone(Message):
     reply: int
     finished: str  # "stop", "length", "cancelled" or "error"
     error: str = ""
+
+
+@dataclass
+class RaceDone(Message):
+    """The race (/compare) has run every entrant, or was stopped."""
+
+    race: object  # specchat.race.Race

@@ -11,7 +11,7 @@ import threading
 from argparse import Namespace
 from types import SimpleNamespace
 
-from engine import Detokenizer, Metrics, Proposer, Step
+from engine import Detokenizer, DraftCheck, Inspection, Metrics, Proposer, Step
 from specchat.session import ChatSession
 
 WORDS = (
@@ -59,6 +59,7 @@ class ScriptedGeneration:
         self.metrics = Metrics()
         self.tokens: list[int] = []
         self._cancel = threading.Event()
+        self.inspect = False
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -104,9 +105,18 @@ class ScriptedGeneration:
             yield self._emit(step)
 
     def _emit(self, step: Step) -> Step:
+        if self.inspect and step.tokens and not step.prefill:
+            step.inspection = scripted_inspection(step)
         self.tokens += step.tokens
         self.metrics.add(step)
         return step
+
+
+def scripted_inspection(step: Step) -> Inspection:
+    """The model is sure (0.9) of its own tokens and gives a wrong draft 0.05."""
+    checks = [DraftCheck(d, i < step.accepted, 0.9 if i < step.accepted else 0.05) for i, d in enumerate(step.drafts)]
+    return Inspection(step.position, list(step.tokens), [0.9] * len(step.tokens), checks,
+                      [(step.tokens[-1], 0.9), (REFUSED, 0.05)], greedy=True)
 
 
 class ScriptedSession(ChatSession):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specchat.app import make_app
 from specchat.settings import Settings
-from tests.pilot import ready, say, until
+from tests.pilot import ready, reply, say, until
 from tests.scripted import ScriptedSession
 
 
@@ -53,3 +53,35 @@ def test_narrow_screen_folds_the_legend_and_the_keys(snap_compare, monkeypatch, 
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(60, 20), run_before=narrow)
+
+
+def test_step_inspector_on_a_correction(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    _, app = scripted_app(stepwise=False)
+
+    async def inspect_correction(pilot):
+        await ready(pilot)
+        await pilot.press("f4")
+        await say(pilot, "Tell me about the quick brown fox.")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        app.inspected = reply(app)
+        reply(app).set_cursor(True, 4)
+        app.action_move_cursor(-1)  # onto the first step's correction
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(110, 40), run_before=inspect_correction)
+
+
+def test_race_side_by_side(snap_compare, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    _, app = scripted_app(stepwise=False)
+
+    async def race(pilot):
+        await ready(pilot)
+        await say(pilot, "Tell me about the quick brown fox.")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: type(app.screen).__name__ == "RaceScreen", "the race")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(110, 32), run_before=race)

@@ -12,6 +12,8 @@
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py)
+#   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
+#            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
 OUT=${OUT:-bench/out}
@@ -71,5 +73,13 @@ adaptive)
   ;;
 adaptive-steps)
   timeout 590 python3 bench/gpu/adaptive_steps.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps.txt"
+  ;;
+inspector)
+  for round in 1 2; do
+    timeout 280 python3 bench/gpu/inspector.py --label "new, round $round" 2>&1 | grep -v "Warn\|warn" \
+      | tee -a "$OUT/inspector.txt"
+    [ -d .oldtree ] && (cd .oldtree && PYTHONPATH=/tmp/site:. timeout 280 python3 ../bench/gpu/inspector.py \
+      --label "old, round $round" 2>&1 | grep -v "Warn\|warn" | tee -a "$OUT/inspector.txt")
+  done
   ;;
 esac

@@ -26,6 +26,7 @@ from engine.limits import MAX_K
 from engine.runtime.sampling import TOKEN, SamplingParams, accept_tokens
 from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.context_states import context_states
+from engine.speculation.inspection import Inspection, inspect_step
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import AUTO, Proposal, Proposer
 
@@ -46,6 +47,7 @@ class Step:
     prefill_s: float = 0.0  # the prompt's step, on the prefill Step
     gain: float | None = None  # k or proposer "auto": the expected speed of the choice over plain
     probe: bool = False  # k or proposer "auto": drafted to learn whether drafting pays again
+    inspection: Inspection | None = None  # the verify step's numbers, when Generation.inspect is on
 
     @property
     def rejected(self) -> list[int]:
@@ -98,6 +100,9 @@ class Generation:
         # last run may compute a few tokens nobody sees); on the CPU nothing would, and a chat
         # shows each token as it comes
         self.plain_run = 8 if model.device.type == "cuda" else 1
+        # the step inspector: keep each step's numbers (inspection.py); may be switched from
+        # another thread, read at the next step
+        self.inspect = False
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -143,7 +148,9 @@ class Generation:
                 yield self._emit(step)
                 return
             self._switch(self.speculative, context, seq)
-            if self._active is None:
+            if self._active is None and self.inspect:
+                steps, states = [self._inspected_plain_step(seq, context)], None
+            elif self._active is None:
                 steps, states = self._decode(seq, context), None
             else:
                 step, states = self._step(seq, context, last)
@@ -172,6 +179,15 @@ class Generation:
         return [
             plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)
         ]
+
+    def _inspected_plain_step(self, seq, context: list[int]) -> Step:
+        """One plain step run alone, so its logits can be read (a chained run keeps none)."""
+        t0 = time.perf_counter()
+        out = self.model.step(seq, context[-1:], self.sampling)
+        token = int(out.tokens[0])
+        step = plain_step([token], len(context), verify_s=time.perf_counter() - t0)
+        step.inspection = inspect_step(out.logits, out.tokens, [], 0, None, len(context), self.sampling)
+        return step
 
     def _choose(self, context: list[int]) -> Choice:
         """This step's proposer and k: the active proposer's own, or the policy's when "auto"."""
@@ -221,6 +237,9 @@ class Generation:
         name = proposer.name if proposer else "off"
         step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
                     propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe)
+        if self.inspect:  # after the clock: the inspector's reading is not the step's cost
+            q = proposal.q if drafts else None
+            step.inspection = inspect_step(out.logits, out.tokens, drafts, accepted, q, len(context), sampling)
         if self._active.k == AUTO:
             self.policy.record(choice, step, self._active.members)
         states = None if out.states is None else out.states[: accepted + 1]

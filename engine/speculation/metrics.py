@@ -1,4 +1,12 @@
-"""Speculation metrics in vLLM's vocabulary, accumulated step by step."""
+"""Speculation metrics in vLLM's vocabulary, accumulated step by step.
+
+`vllm()` gives them under the names vLLM's spec-decode metrics use (its Prometheus counters
+`vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens`,
+`..._num_accepted_tokens_per_pos`, and the mean acceptance length / draft acceptance rate /
+per-position acceptance rate its logger derives from them), so figures from specchat and from a
+vLLM server can be read side by side. vLLM has no counters for drafting and verify time; those
+keep specchat's own names under the same prefix.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from dataclasses import dataclass, field
 @dataclass
 class Metrics:
     steps: int = 0  # model steps after the prefill (decode or verify)
+    drafting_steps: int = 0  # of those, the ones that verified drafts (vLLM's "drafts")
     tokens: int = 0  # tokens they emitted
     drafted: int = 0
     accepted: int = 0
@@ -32,6 +41,7 @@ class Metrics:
         self.propose_s += step.propose_s
         self.verify_s += step.verify_s
         self.histogram[step.accepted] += 1
+        self.drafting_steps += bool(step.drafts)
         for i in range(len(step.drafts)):
             if i == len(self.position_drafted):
                 self.position_drafted.append(0)
@@ -51,6 +61,29 @@ class Metrics:
     @property
     def per_position_acceptance(self) -> list[float]:
         return [a / d for a, d in zip(self.position_accepted, self.position_drafted)]
+
+    @property
+    def vllm_mean_acceptance_length(self) -> float:
+        """vLLM's: 1 + accepted drafts per drafting step (steps with no drafts left out)."""
+        return 1 + self.accepted / self.drafting_steps if self.drafting_steps else 1.0
+
+    def vllm(self) -> dict:
+        """The figures under vLLM's spec-decode metric names (see the module's docstring)."""
+        return {
+            "vllm:spec_decode_num_drafts": self.drafting_steps,
+            "vllm:spec_decode_num_draft_tokens": self.drafted,
+            "vllm:spec_decode_num_accepted_tokens": self.accepted,
+            "vllm:spec_decode_num_accepted_tokens_per_pos": list(self.position_accepted),
+            "mean_acceptance_length": self.vllm_mean_acceptance_length,
+            "draft_acceptance_rate": self.draft_acceptance_rate,
+            "per_position_acceptance_rate": self.per_position_acceptance,
+            "accepted_per_step_histogram": {str(n): c for n, c in sorted(self.histogram.items())},
+            "spec_decode_drafting_time_s": self.propose_s,
+            "spec_decode_verify_time_s": self.verify_s,
+            "num_steps": self.steps,
+            "num_output_tokens": self.tokens,
+            "tokens_per_second": self.tokens_per_second,
+        }
 
     @property
     def decode_s(self) -> float:

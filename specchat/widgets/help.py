@@ -25,9 +25,12 @@ KEYS = (
     ("ctrl+b", "show or hide the speculation panel"),
     ("ctrl+s", "settings: sampling, system prompt, theme"),
     ("ctrl+n", "new chat"),
+    ("f4", "step inspector: alt+← / alt+→ or a click picks a token, the panel shows its step"),
+    ("ctrl+r", "race: your last prompt through plain decoding and every ready proposer (/compare)"),
     ("f1 / ?", "this help"),
     ("ctrl+q", "quit"),
     ("/export", "write the chat as Markdown (/export FILE to choose where)"),
+    ("/stats", "write the reply's and the session's figures as JSON and CSV (vLLM's names; /stats FILE)"),
     ("/system", "/system TEXT sets the system prompt; /new, /k N, /proposer NAME"),
 )
 
@@ -53,6 +56,32 @@ def explanation() -> Content:
     )
 
 
+def how_it_works() -> Content:
+    """One step, told against what is on the screen."""
+    s = STYLES
+    return Content.assemble(
+        "1. The proposer guesses k tokens (the drafts) from the text so far; cheap, and often right "
+        "in code that repeats itself.\n",
+        "2. The model runs once over the last token and all k drafts: one step computes its own choice "
+        "after every prefix, at about the cost of one plain step.\n",
+        "3. Drafts are kept while they equal the model's choice (",
+        ("accepted", s["accepted"]),
+        "); at the first that does not, the model's own token replaces it (",
+        ("correction", s["correction"]),
+        "), and when all are kept the model adds one more (",
+        ("bonus", s["bonus"]),
+        "). With sampling, a draft is kept with chance min(1, p/q), which keeps the text the model's own "
+        "in distribution.\n",
+        "4. The refused drafts' cache entries are dropped, and the next step starts from the new last token.\n\n",
+        "See it: f4 opens the step inspector; put the cursor on a ",
+        ("correction", s["correction"]),
+        " to read the model's probability of each draft, the top five it wanted instead, and what the step "
+        "cost against a plain step. ctrl+r races your last prompt through every proposer: the same text "
+        "as plain decoding in every column, at different speeds. The panel's tokens/step is step 3's "
+        "average; its speedup is that gain less what drafting and the longer verify step cost.",
+    )
+
+
 def proposers() -> Content:
     """Every proposer the engine has, one line each (the registry's own words)."""
     return Content("\n").join(
@@ -74,6 +103,8 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(id="help"):
             yield Static(Content.styled("What you are looking at", "bold"), classes="heading")
             yield Static(explanation(), id="help-text")
+            yield Static(Content.styled("How speculative decoding works", "bold"), classes="heading")
+            yield Static(how_it_works(), id="help-how")
             yield Static(Content.styled("Proposers", "bold"), classes="heading")
             yield Static(proposers(), id="help-proposers")
             yield Static(Content.styled("Keys", "bold"), classes="heading")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.message import Message
 from textual.widgets import Label, LoadingIndicator, Static
 
 # One style per origin of a token: a theme colour, and a cue that survives without colour.
@@ -15,6 +18,7 @@ STYLES = {
     "refused": "$text-error dim strike",  # drafts refused at a correction (teaching view only)
 }
 BLOCK_LINES = 24  # lines of a reply per block: a full block is not wrapped again as tokens arrive
+CURSOR = "bold on $accent 40%"  # the token the step inspector shows
 
 
 class UserMessage(Static):
@@ -25,6 +29,29 @@ def styled(pieces: list[tuple[str, str]], teaching: bool) -> Content:
     return Content.assemble(*((t, STYLES[k]) for t, k in pieces if teaching or k != "refused"))
 
 
+def inspectable(pieces: list[tuple[str, str]], indices: list[int], teaching: bool, cursor: int | None) -> Content:
+    """As `styled`, each piece clickable (it names its index in the reply), the cursor's marked."""
+    return Content.assemble(*(
+        (t, f"{STYLES[k]} {CURSOR if i == cursor else ''} @click=pick({i})".strip())
+        for (t, k), i in zip(pieces, indices) if teaching or k != "refused"
+    ))
+
+
+@dataclass
+class TokenPicked(Message):
+    """A click on a token of a reply while the step inspector is on."""
+
+    reply: ReplyView
+    index: int  # the piece's index in reply.pieces
+
+
+class Block(Static):
+    """Some whole lines of a reply."""
+
+    def action_pick(self, index: int) -> None:
+        self.post_message(TokenPicked(self.parent, index))
+
+
 class ReplyView(Vertical):
     """A reply as (text, origin) pieces, each rendered in its origin's style.
 
@@ -32,7 +59,7 @@ class ReplyView(Vertical):
     while tokens arrive, so each frame re-wraps the reply's last lines, not the whole reply."""
 
     def __init__(self, teaching: bool = False) -> None:
-        self.blocks = [Static(Content.styled("…", "$text-muted"))]
+        self.blocks = [Block(Content.styled("…", "$text-muted"))]
         self.status_line = Static(classes="status")
         self.status_line.display = False
         super().__init__(*self.blocks, self.status_line)
@@ -40,7 +67,22 @@ class ReplyView(Vertical):
         self.teaching = teaching
         self.status = ""
         self.block_pieces: list[list[tuple[str, str]]] = [[]]
+        self.block_indices: list[list[int]] = [[]]  # each block piece's index in self.pieces
         self.block_breaks = 0  # line breaks in the last block
+        self.steps: list = []  # the engine's Step of each piece, for the step inspector
+        self.inspecting = False
+        self.cursor: int | None = None  # the inspected piece
+
+    def add_steps(self, shown: list) -> None:
+        """Append the pieces of ShownSteps (feed.py), remembering each piece's step."""
+        for s in shown:
+            self.steps += [s.step] * len(s.pieces)
+        self.add([piece for s in shown for piece in s.pieces])
+
+    def set_cursor(self, inspecting: bool, cursor: int | None) -> None:
+        self.inspecting, self.cursor = inspecting, cursor
+        for i in range(len(self.blocks)):
+            self.show_block(i)
 
     @property
     def text(self) -> str:
@@ -49,29 +91,37 @@ class ReplyView(Vertical):
 
     def add(self, pieces: list[tuple[str, str]]) -> None:
         """Append the pieces of one or more steps."""
+        first = len(self.pieces)
         self.pieces += pieces
-        for text, kind in pieces:
+        for index, (text, kind) in enumerate(pieces, first):
             breaks = text.count("\n")
             if breaks and self.block_breaks + breaks >= BLOCK_LINES and self.is_attached:
                 # the block ends at this piece's last line break, which the next block's start implies
                 head, _, tail = text.rpartition("\n")
-                self.block_pieces[-1] += [(head, kind)] if head else []
+                if head:
+                    self.block_pieces[-1].append((head, kind))
+                    self.block_indices[-1].append(index)
                 self.show_block(-1)
                 self.start_block()
                 text, breaks = tail, 0
             if text:
                 self.block_pieces[-1].append((text, kind))
+                self.block_indices[-1].append(index)
             self.block_breaks += breaks
         self.show_block(-1)
 
     def start_block(self) -> None:
         self.block_pieces.append([])
-        self.blocks.append(Static())
+        self.block_indices.append([])
+        self.blocks.append(Block())
         self.block_breaks = 0
         self.mount(self.blocks[-1], before=self.status_line)
 
     def show_block(self, i: int) -> None:
-        self.blocks[i].update(styled(self.block_pieces[i], self.teaching))
+        if self.inspecting:
+            self.blocks[i].update(inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
+        else:
+            self.blocks[i].update(styled(self.block_pieces[i], self.teaching))
 
     def set_teaching(self, teaching: bool) -> None:
         self.teaching = teaching
