@@ -112,32 +112,29 @@ def step_fn(model: Model, seq, t: int, context: int):
     return step
 
 
-def time_steps(model: Model, contexts, lengths, repeats: int) -> dict:
-    rows = {}
+def steps_of(model: Model, contexts, lengths):
+    """("context/length", step) for each pair: one sequence per context, filled to it and kept there."""
     for context in contexts:
         seq = model.new_sequence()
         seq.append(context)
-        for t in lengths:
-            step = step_fn(model, seq, t, context)
-            step()  # captures the graph and loads its inputs
-            graph = model.graphs.last
-            rows[f"{context}/{t}"] = {
-                "graph_ms": median_ms(graph.replay, repeats),
-                "host_ms": host_ms(step, repeats),
-            }
-        seq.release()
+        try:
+            for t in lengths:
+                yield f"{context}/{t}", step_fn(model, seq, t, context)
+        finally:
+            seq.release()
+
+
+def time_steps(model: Model, contexts, lengths, repeats: int) -> dict:
+    rows = {}
+    for key, step in steps_of(model, contexts, lengths):
+        step()  # captures the graph and loads its inputs
+        graph = model.graphs.last
+        rows[key] = {"graph_ms": median_ms(graph.replay, repeats), "host_ms": host_ms(step, repeats)}
     return rows
 
 
 def time_eager(model: Model, contexts, lengths, repeats: int) -> dict:
-    rows = {}
-    for context in contexts:
-        seq = model.new_sequence()
-        seq.append(context)
-        for t in lengths:
-            rows[f"{context}/{t}"] = host_ms(step_fn(model, seq, t, context), repeats)
-        seq.release()
-    return rows
+    return {key: host_ms(step, repeats) for key, step in steps_of(model, contexts, lengths)}
 
 
 def linears_graph_ms(model: Model, t: int, repeats: int) -> float:
