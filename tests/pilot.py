@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 
@@ -82,3 +83,18 @@ class LetterTokenizer:
 
     def get_vocab(self) -> dict:
         return {}
+
+
+@contextlib.asynccontextmanager
+async def chat(app, size: tuple[int, int] = (120, 40)):
+    """The app running under Pilot with its model loaded: `async with chat(app) as pilot:`."""
+    async with app.run_test(size=size) as pilot:
+        await ready(pilot)
+        yield pilot
+
+
+async def stepped(pilot, session, text: str, steps: int) -> None:
+    """Send `text` to a stepwise scripted session and let its reply run `steps` steps on screen."""
+    await say(pilot, text)
+    session.release(steps)
+    await until(pilot, lambda: len(pilot.app.stats.history) == steps, f"{steps} steps")

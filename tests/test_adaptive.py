@@ -171,21 +171,17 @@ def draft_policy(first: float) -> AdaptivePolicy:
     return AdaptivePolicy(model="target", step_cost=lambda model: verify if model == "target" else drafts)
 
 
-def test_a_drafter_whose_drafts_are_always_right_drafts_long_within_a_handful_of_steps():
-    drafter = DraftLike(first=0.3, chained=0.3)
-    choices = run_drafts(draft_policy(0.3), drafter, 200, lambda k: k)
-    first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
-    assert first_long <= 5
-    assert all(c.k >= 7 for c in choices[first_long:])
-
-
-def test_a_drafter_as_costly_as_on_the_gpu_is_tried_at_once_and_then_drafts_long():
+@pytest.mark.parametrize("first, chained, policy, steps, within", [
+    (0.3, 0.3, 0.3, 200, 5),  # cheap drafts, always right: long within a handful of steps
     # the H200's figures in target steps: the 0.5B draft's first step 0.81, each chained one
-    # 0.54; its k = 15 drafts, always right, give 1.6x plain decoding
-    drafter = DraftLike(first=0.81, chained=0.54)
-    choices = run_drafts(draft_policy(0.85), drafter, 256, lambda k: k)
+    # 0.54; its k = 15 drafts, always right, give 1.6x plain decoding: tried at once, then long
+    (0.81, 0.54, 0.85, 256, 10),
+])
+def test_a_drafter_whose_drafts_are_always_right_drafts_long_and_stays_there(first, chained, policy, steps, within):
+    drafter = DraftLike(first=first, chained=chained)
+    choices = run_drafts(draft_policy(policy), drafter, steps, lambda k: k)
     first_long = next(i for i, c in enumerate(choices) if c.k >= 7)
-    assert first_long <= 10
+    assert first_long <= within
     assert all(c.k >= 7 for c in choices[first_long:])
 
 

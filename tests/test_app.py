@@ -9,15 +9,14 @@ from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
-from tests.pilot import ask, pilot_test, ready, recorded_notes, reply, say, steps_shown, until
+from tests.pilot import ask, chat, pilot_test, recorded_notes, reply, say, stepped, steps_shown, until
 from tests.scripted import WORDS, ScriptedGeneration, ScriptedSession
 
 
 @pilot_test
 async def test_each_token_is_styled_by_where_it_came_from():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "tell me about a fox")
         view = reply(app)
         # prefill: plain; 2 accepted + correction; 4 accepted + bonus; correction with none accepted
@@ -49,11 +48,8 @@ async def test_each_token_is_styled_by_where_it_came_from():
 async def test_switching_proposer_mid_reply_changes_the_next_step():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=3), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await say(pilot, "go")
-        session.release(1)
-        await until(pilot, lambda: steps_shown(app) == 1, "the first step")
+    async with chat(app) as pilot:
+        await stepped(pilot, session, "go", 1)
         assert (app.stats.last.proposer, app.stats.last.k) == ("n-gram", 3)
         await pilot.press("ctrl+p")  # n-gram -> draft, which loads in the background first
         await until(pilot, lambda: app.proposer_name == "draft", "the draft model")
@@ -74,11 +70,8 @@ async def test_switching_proposer_mid_reply_changes_the_next_step():
 async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await say(pilot, "first")
-        session.release(2)
-        await until(pilot, lambda: steps_shown(app) == 2, "two steps")
+    async with chat(app) as pilot:
+        await stepped(pilot, session, "first", 2)
         await pilot.press("escape")
         await until(pilot, lambda: app.gen is None, "the stop")
         first = reply(app)
@@ -105,11 +98,8 @@ async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
 async def test_quitting_mid_reply_keeps_what_was_written(home):
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await say(pilot, "first")
-        session.release(2)
-        await until(pilot, lambda: steps_shown(app) == 2, "two steps")
+    async with chat(app) as pilot:
+        await stepped(pilot, session, "first", 2)
     saved = json.loads(app.record.path.read_text())
     assert saved["messages"][-1]["content"] == "".join(WORDS[:5])
     assert saved["messages"][-1]["finished"] == "cancelled"
@@ -118,8 +108,7 @@ async def test_quitting_mid_reply_keeps_what_was_written(home):
 @pilot_test
 async def test_every_reply_is_saved_and_export_writes_markdown(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         saved = json.loads(app.record.path.read_text())
         assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
@@ -132,8 +121,7 @@ async def test_every_reply_is_saved_and_export_writes_markdown(home):
 @pilot_test
 async def test_new_chat_starts_empty_and_settings_are_saved(home):
     app = make_app(ScriptedSession(), Settings(), save=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         old = app.record.path
         await pilot.press("ctrl+n")
@@ -154,8 +142,7 @@ async def test_new_chat_starts_empty_and_settings_are_saved(home):
 @pilot_test
 async def test_settings_screen_refuses_a_bad_value():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await pilot.press("ctrl+s")
         app.screen.query_one("#top_p").value = "2"
         await pilot.press("ctrl+s")
@@ -168,8 +155,7 @@ async def test_settings_screen_refuses_a_bad_value():
 @pilot_test
 async def test_the_panel_folds_away_on_a_narrow_terminal():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await ready(pilot)
+    async with chat(app, (80, 24)) as pilot:
         panel = app.query_one(SpecPanel)
         assert not panel.display
         await pilot.press("ctrl+b")
@@ -182,8 +168,7 @@ async def test_the_panel_folds_away_on_a_narrow_terminal():
 @pilot_test
 async def test_typed_plus_and_question_mark_are_text_not_keys():
     app = make_app(ScriptedSession(), Settings(k=4), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await pilot.press("a", "plus", "question_mark")
         assert app.query_one("#prompt").value == "a+?"
         assert app.settings.k == 4 and app.screen is app.screen_stack[0]
@@ -212,8 +197,7 @@ class FailingSession(ScriptedSession):
 @pilot_test
 async def test_an_engine_error_ends_the_reply_with_its_message_and_the_chat_goes_on():
     app = make_app(FailingSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await say(pilot, "hello")
         await until(pilot, lambda: app.gen is None and reply(app).status, "the error")
         assert reply(app).status == "error: context full: start a new chat"
@@ -254,8 +238,7 @@ async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_
 async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         (home / "a-file").write_text("")
         await say(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
@@ -269,8 +252,7 @@ async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(hom
 async def test_messages_sent_while_a_reply_is_written_are_queued_and_sent_in_turn():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await say(pilot, "first")
         await say(pilot, "second")
         await say(pilot, "third")
@@ -291,8 +273,7 @@ async def test_a_settings_folder_that_cannot_be_written_is_reported_not_fatal(ho
     monkeypatch.setenv("SPECCHAT_HOME", str(blocked))
     app = make_app(ScriptedSession(), Settings(), save=True)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         assert any(n.startswith("cannot save the settings") for n in notes)
         assert any(n.startswith("cannot save the transcript") for n in notes)
@@ -303,8 +284,7 @@ async def test_a_settings_folder_that_cannot_be_written_is_reported_not_fatal(ho
 async def test_k_out_of_range_is_said_not_silently_changed():
     app = make_app(ScriptedSession(), Settings(proposer="n-gram", k=4), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await say(pilot, "/k 99")
         await pilot.pause()
         assert app.settings.k == 15 and notes[-1] == "k = 99 is out of range here: k is 15"

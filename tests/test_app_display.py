@@ -8,7 +8,7 @@ from specchat.feed import token_kinds
 from specchat.frames import FramePacer
 from specchat.settings import Settings
 from specchat.widgets.transcript import STYLES
-from tests.pilot import ask, pilot_test, ready, reply
+from tests.pilot import ask, chat, pilot_test, reply
 
 
 class RecordingSession(PacedSession):
@@ -28,8 +28,7 @@ async def test_a_burst_of_steps_faster_than_frames_ends_with_every_token_shown_i
     # in a few frames' time, and its many lines fill several blocks
     session = RecordingSession(tokens=599, step_tokens=6, tok_s=1e6)
     app = make_app(session, Settings(proposer="n-gram", k=5, teaching=True), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "go")
         view = reply(app)
         emitted = [(session.decode([t]), kind) for s in session.steps for t, kind in zip(s.tokens, token_kinds(s))]

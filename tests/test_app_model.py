@@ -12,7 +12,7 @@ from specchat.session import ChatSession
 from specchat.settings import Settings
 from specchat.widgets.transcript import ReplyView
 from tests.conftest import tiny_model
-from tests.pilot import LetterTokenizer, pilot_test, ready, say, until
+from tests.pilot import LetterTokenizer, chat, pilot_test, say, until
 
 
 @pytest.fixture(autouse=True)
@@ -22,8 +22,7 @@ def home(tmp_path, monkeypatch):
 
 async def chat_once(app, prompt: str) -> tuple[ReplyView, str]:
     """Send one message; the reply, and the panel's figures as shown at its end."""
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await say(pilot, prompt)
         await until(
             pilot,

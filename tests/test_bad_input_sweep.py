@@ -8,7 +8,7 @@ import pytest
 from specchat.__main__ import main
 from specchat.app import make_app
 from specchat.settings import Settings
-from tests.pilot import ask, pilot_test, ready, recorded_notes, reply, say, until
+from tests.pilot import ask, chat, pilot_test, recorded_notes, reply, say, until
 from tests.scripted import WORDS, ScriptedSession
 
 
@@ -35,8 +35,7 @@ async def test_bad_input_in_the_chat_is_one_notification_each_and_the_chat_goes_
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         for command in COMMANDS:
             before = len(notes)
             await say(pilot, command.format(home=home))

@@ -7,7 +7,7 @@ import pytest
 
 from specchat.app import make_app
 from specchat.settings import Settings
-from tests.pilot import ask, pilot_test, ready, reply, until
+from tests.pilot import ask, chat, pilot_test, reply, until
 from tests.scripted import ScriptedSession
 
 
@@ -24,8 +24,7 @@ def box(app):
 async def test_shift_enter_and_ctrl_j_start_a_new_line_and_enter_sends_all_lines():
     session = ScriptedSession()
     app = make_app(session, Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await pilot.press("a", "shift+enter", "b", "ctrl+j", "c")
         assert box(app).value == "a\nb\nc"
         assert not session.prompts
@@ -38,8 +37,7 @@ async def test_shift_enter_and_ctrl_j_start_a_new_line_and_enter_sends_all_lines
 @pilot_test
 async def test_up_and_down_walk_through_the_messages_sent_and_back_to_the_draft():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "first")
         await ask(pilot, "second")
         await pilot.press("x")
@@ -56,8 +54,7 @@ async def test_up_and_down_walk_through_the_messages_sent_and_back_to_the_draft(
 @pilot_test
 async def test_up_moves_inside_a_message_of_several_lines_before_the_history():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "sent")
         await pilot.press("a", "ctrl+j", "b")
         await pilot.press("up")
@@ -70,8 +67,7 @@ async def test_up_moves_inside_a_message_of_several_lines_before_the_history():
 async def test_ctrl_c_stops_the_reply_and_leaves_the_app_running():
     session = ScriptedSession(stepwise=True)
     app = make_app(session, Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         box(app).value = "go on"
         await pilot.press("enter")
         session.release(2)

@@ -19,12 +19,12 @@ from tests.conftest import tiny_model
 from tests.pilot import (
     LetterTokenizer,
     ask,
+    chat,
     pilot_test,
-    ready,
     recorded_notes,
     reply,
     say,
-    steps_shown,
+    stepped,
     until,
 )
 from tests.scripted import WORDS, ScriptedSession
@@ -39,8 +39,7 @@ def home(tmp_path, monkeypatch):
 @pilot_test
 async def test_tab_moves_through_the_settings_fields_and_ctrl_q_quits_from_them():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert app.screen.focused.id == "temperature"
@@ -56,8 +55,7 @@ async def test_tab_moves_through_the_settings_fields_and_ctrl_q_quits_from_them(
 @pilot_test
 async def test_ctrl_q_quits_from_the_help_screen():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await pilot.press("question_mark")
         await pilot.pause()
         assert app.screen is not app.screen_stack[0]
@@ -71,8 +69,7 @@ async def test_command_line_settings_hold_for_this_run_are_shown_and_never_saved
     Settings(temperature=0.3, system="").save()
     flags = {"temperature": 0.9, "system": "be terse"}
     app = make_app(ScriptedSession(), Settings(temperature=0.9, system="be terse"), save=True, this_run_only=flags)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         notes = [str(n.render()) for n in app.query("#chat .note")]
         assert any("this run only" in n and "temperature 0.9" in n and "be terse" in n for n in notes)
         await pilot.press("ctrl+t")  # a change of the user's own, which saves the settings
@@ -142,8 +139,7 @@ async def test_a_draft_with_another_vocabulary_is_refused_at_load_and_the_chat_g
 async def test_export_into_a_folder_writes_a_file_there(home):
     app = make_app(ScriptedSession(), Settings(), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         await say(pilot, f"/export {home}")
         await pilot.pause()
@@ -160,8 +156,7 @@ async def test_an_export_that_fails_names_the_file_asked_for_not_a_temporary_one
 
     app = make_app(ScriptedSession(), Settings(), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         monkeypatch.setattr(specchat.settings.os, "replace", refuse)
         await say(pilot, f"/export {home}/chat.md")
@@ -173,11 +168,8 @@ async def test_an_export_that_fails_names_the_file_asked_for_not_a_temporary_one
 async def test_a_reply_is_saved_as_it_streams_marked_unfinished():
     session = ScriptedSession(accepts=[1], stepwise=True)
     app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await say(pilot, "first")
-        session.release(2)
-        await until(pilot, lambda: steps_shown(app) == 2, "two steps")
+    async with chat(app) as pilot:
+        await stepped(pilot, session, "first", 2)
 
         def saved_reply():
             messages = json.loads(app.record.path.read_text())["messages"]
@@ -205,8 +197,7 @@ async def test_resume_reopens_the_last_chat_and_goes_on_with_it():
     last.save()
     session = ScriptedSession()
     app = make_app(session, Settings(), save=False, resume=True)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await until(pilot, lambda: app.query(ReplyView), "the old chat")
         assert reply(app).text == "half a repl" and reply(app).status == "unfinished"
         assert app.record.id == last.id
@@ -220,8 +211,7 @@ async def test_resume_reopens_the_last_chat_and_goes_on_with_it():
 async def test_resume_with_no_saved_chat_says_so():
     app = make_app(ScriptedSession(), Settings(), save=False)
     notes = recorded_notes(app)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await say(pilot, "/resume")
         await pilot.pause()
         assert notes[-1] == "no saved chat to reopen" and not app.query(ReplyView)

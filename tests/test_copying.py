@@ -7,7 +7,7 @@ import pytest
 from specchat.app import make_app
 from specchat.copying import code_blocks, last_code_block
 from specchat.settings import Settings
-from tests.pilot import ask, pilot_test, ready, recorded_notes, reply
+from tests.pilot import ask, chat, pilot_test, recorded_notes, reply
 from tests.scripted import ScriptedSession
 
 REPLY = "Two ways:\n```python\nprint(1)\n```\nor\n```\nx = 2\ny = 3\n```\ndone."
@@ -33,8 +33,7 @@ def test_text_without_a_fence_has_no_code_block():
 @pilot_test
 async def test_f2_copies_the_last_reply():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "hello")
         await pilot.press("f2")
         assert app.clipboard == reply(app).text and app.clipboard
@@ -43,8 +42,7 @@ async def test_f2_copies_the_last_reply():
 @pilot_test
 async def test_f3_copies_the_last_code_block_and_says_when_there_is_none():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         notes = recorded_notes(app)
         await ask(pilot, "hello")
         await pilot.press("f3")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from specchat.app import make_app
 from specchat.settings import Settings
 from specchat.widgets.transcript import Block, TokenPicked
-from tests.pilot import ask, pilot_test, ready, reply
+from tests.pilot import ask, chat, pilot_test, reply
 from tests.scripted import WORDS, ScriptedSession
 
 
@@ -17,8 +17,7 @@ def panel_text(app) -> str:
 @pilot_test
 async def test_the_inspector_shows_the_step_of_the_token_under_the_cursor():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await ready(pilot)
+    async with chat(app, (120, 50)) as pilot:
         await pilot.press("f4")
         assert app.inspector.display
         await ask(pilot, "tell me about a fox")
@@ -42,8 +41,7 @@ async def test_the_inspector_shows_the_step_of_the_token_under_the_cursor():
 @pilot_test
 async def test_a_click_on_a_token_picks_it():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await ready(pilot)
+    async with chat(app, (120, 50)) as pilot:
         await pilot.press("f4")
         await ask(pilot, "tell me about a fox")
         view = reply(app)
@@ -56,8 +54,7 @@ async def test_a_click_on_a_token_picks_it():
 @pilot_test
 async def test_with_the_inspector_off_steps_keep_no_numbers():
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await ready(pilot)
+    async with chat(app, (120, 50)) as pilot:
         await ask(pilot, "one")
         assert not app.inspector.display
         assert all(step.inspection is None for step in reply(app).steps)
@@ -70,8 +67,7 @@ async def test_with_the_inspector_off_steps_keep_no_numbers():
 @pilot_test
 async def test_the_help_explains_one_step_and_points_at_the_inspector_and_the_race():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(120, 50)) as pilot:
-        await ready(pilot)
+    async with chat(app, (120, 50)) as pilot:
         await pilot.press("f1")
         how = str(app.screen.query_one("#help-how").render())
         keys = str(app.screen.query_one("#help-keys").render())

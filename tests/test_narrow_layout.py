@@ -9,7 +9,7 @@ from textual.content import Content
 from specchat.app import make_app
 from specchat.settings import Settings
 from specchat.widgets.folded import fold
-from tests.pilot import pilot_test, ready, recorded_notes, until
+from tests.pilot import chat, pilot_test, recorded_notes, until
 from tests.scripted import ScriptedSession
 
 
@@ -38,8 +38,7 @@ def shown_keys(app) -> list[str]:
 @pilot_test
 async def test_at_60_columns_every_key_and_the_whole_legend_are_on_the_screen():
     app = make_app(ScriptedSession(), Settings(teaching=True), save=False)
-    async with app.run_test(size=(60, 20)) as pilot:
-        await ready(pilot)
+    async with chat(app, (60, 20)) as pilot:
         await pilot.pause()
         keys, legend = app.query_one("#keys"), app.query_one("#legend")
         assert keys.size.height >= 2 and legend.size.height >= 2  # folded, not cut
@@ -53,8 +52,7 @@ async def test_at_60_columns_every_key_and_the_whole_legend_are_on_the_screen():
 @pilot_test
 async def test_at_full_width_the_keys_take_one_line():
     app = make_app(ScriptedSession(), Settings(), save=False)
-    async with app.run_test(size=(200, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app, (200, 40)) as pilot:
         await pilot.pause()
         assert app.query_one("#keys").size.height == 1
         assert app.query_one("#legend").size.height == 1
@@ -63,8 +61,7 @@ async def test_at_full_width_the_keys_take_one_line():
 @pilot_test
 async def test_the_proposer_cycle_says_why_dflash_is_not_in_it():
     app = make_app(ScriptedSession(), Settings(proposer="n-gram"), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         notes = recorded_notes(app)
         names = app.session.proposer_names()
         for _ in range(len(names) - names.index(app.proposer_name)):

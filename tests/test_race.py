@@ -15,7 +15,7 @@ from specchat.session import ChatSession
 from specchat.settings import Settings, data_dir
 from specchat.widgets.race_screen import RaceScreen
 from tests.conftest import tiny_model
-from tests.pilot import LetterTokenizer, ask, pilot_test, ready, recorded_notes, say, until
+from tests.pilot import LetterTokenizer, ask, chat, pilot_test, recorded_notes, say, until
 from tests.scripted import ScriptedSession
 
 
@@ -73,8 +73,7 @@ def test_the_export_parses_and_carries_every_row(tmp_path):
 @pilot_test
 async def test_slash_compare_races_the_last_prompt_and_shows_every_entrant(home):
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(140, 45)) as pilot:
-        await ready(pilot)
+    async with chat(app, (140, 45)) as pilot:
         await say(pilot, "/compare")  # nothing to race yet
         await ask(pilot, "tell me about a fox")
         await say(pilot, "/compare")
@@ -96,8 +95,7 @@ async def test_slash_compare_races_the_last_prompt_and_shows_every_entrant(home)
 async def test_esc_stops_the_race_at_its_next_step(home):
     session = ScriptedSession(accepts=[2])
     app = make_app(session, Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(140, 45)) as pilot:
-        await ready(pilot)
+    async with chat(app, (140, 45)) as pilot:
         await ask(pilot, "go")
         session.stepwise = True  # the race's steps wait for release()
         await pilot.press("ctrl+r")

@@ -10,7 +10,7 @@ from specchat.__main__ import main
 from specchat.app import make_app
 from specchat.settings import Settings
 from specchat.stats_file import stats_paths, write_stats
-from tests.pilot import ask, pilot_test, ready, recorded_notes, say, until
+from tests.pilot import ask, chat, pilot_test, recorded_notes, say, until
 from tests.scripted import ScriptedSession
 
 VLLM_NAMES = {
@@ -81,8 +81,7 @@ def test_run_stats_to_a_path_it_cannot_write_is_one_line(gguf, tmp_path, capsys)
 @pilot_test
 async def test_slash_stats_writes_the_reply_and_the_session(home, tmp_path):
     app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
+    async with chat(app) as pilot:
         await ask(pilot, "one")
         await ask(pilot, "two")
         notes = recorded_notes(app)
