@@ -43,13 +43,12 @@ def test_help_screen(snap_compare, monkeypatch, tmp_path):
 
 def test_narrow_screen_folds_the_legend_and_the_keys(snap_compare, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    session, app = scripted_app()
+    _, app = scripted_app(stepwise=False)
 
-    async def narrow(pilot):
+    async def narrow(pilot):  # a finished reply: mid-reply, which keys are live depends on timing
         await ready(pilot)
         await say(pilot, "Tell me about the quick brown fox.")
-        session.release(5)
-        await until(pilot, lambda: len(app.stats.history) == 5, "five steps")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(60, 20), run_before=narrow)
