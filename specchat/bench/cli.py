@@ -31,6 +31,7 @@ from specchat.options import (
     add_need_options,
     add_target_options,
     k_value,
+    progress_line,
     proposer_options,
     sources,
 )
@@ -104,13 +105,6 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
-
-
-def note(message: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r{message:<90}", end="", file=sys.stderr, flush=True)
-    else:
-        print(message, file=sys.stderr, flush=True)
 
 
 def load_models(args):
@@ -214,7 +208,7 @@ def measure(args, argv: list[str] | None) -> dict:
     if not args.no_peers:
         from specchat.bench.peers import TransformersPeer  # loads transformers' models: only when asked
 
-        note(f"loading {args.model} in transformers")
+        progress_line(f"loading {args.model} in transformers")
         peer = TransformersPeer(
             args.model, target.device, target.dtype, target.stop_ids(), args.draft, repeats=args.repeats
         )
