@@ -40,7 +40,7 @@ from engine.speculation.proposers.dflash.training.data import build_prompts
 from engine.speculation.proposers.dflash.training.evaluate import measure_tau
 from engine.speculation.proposers.dflash.training.run import train_dflash
 from engine.speculation.proposers.dflash.training.trainer import StepReport, TrainSettings
-from engine.speculation.proposers.draft import DraftProposer, check_same_vocabulary
+from engine.speculation.proposers.draft import DraftProposer
 from engine.speculation.proposers.ngram import NgramProposer
 from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
 from engine.speculation.registry import (
@@ -59,7 +59,7 @@ __all__ = [
     "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftCheck", "DraftProposer", "EngineError", "Finished", "Generation", "Inspection",
     "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
     "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "StepReport", "TrainSettings",
-    "build_prompts", "cache_root", "cached_drafter_dir", "check_k", "check_same_vocabulary", "ensure_pack",
+    "build_prompts", "cache_root", "cached_drafter_dir", "check_k", "ensure_pack",
     "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer", "measure_tau",
     "missing", "offered", "pack_dir", "preset", "profile_steps", "proposer_specs", "random_model", "register",
     "save_drafter", "stream", "train_dflash", "unregister", "write_random_drafter",
