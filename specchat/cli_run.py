@@ -46,7 +46,7 @@ def run(args) -> int:
             if proposer is not None:
                 proposer.warm_up(model, sampling)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
-    detok = Detokenizer(model.tokenizer.decode, set(model.stop_ids()), getattr(model.tokenizer, "batch_decode", None))
+    detok = Detokenizer.of(model)
     started = time.perf_counter()
     finished = None
     try:

@@ -142,8 +142,7 @@ class ChatSession:
         return self.model.tokenizer.decode(ids)
 
     def detokenizer(self) -> Detokenizer:
-        batch = getattr(self.model.tokenizer, "batch_decode", None)
-        return Detokenizer(self.decode, set(self.model.stop_ids()), batch)
+        return Detokenizer.of(self.model)
 
     def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
         """Run a reply to its end, putting each step's text into `feed`, then post ReplyDone."""

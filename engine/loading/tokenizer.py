@@ -36,6 +36,13 @@ class Detokenizer:
         self.prefix = 0  # window start
         self.read = 0  # tokens before this are already shown
 
+    @classmethod
+    def of(cls, model) -> Detokenizer:
+        """The streaming detokenizer of a model's replies: its tokenizer (in one batch per step
+        where the tokenizer decodes batches), its stop tokens showing no text."""
+        tokenizer = model.tokenizer
+        return cls(tokenizer.decode, set(model.stop_ids()), getattr(tokenizer, "batch_decode", None))
+
     def add(self, tokens: list[int]) -> list[str]:
         """The text of each of `tokens` ("" for a stop token or an incomplete character)."""
         first = len(self.ids)
