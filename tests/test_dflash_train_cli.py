@@ -4,6 +4,7 @@ resumed runs, and one-line refusals."""
 
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -32,6 +33,14 @@ def test_training_prompts_leave_out_the_bench_and_held_out_modules():
     held_out = build_prompts(10, seed=1, held_out=True)
     assert {top_module(line["module"]) for line in held_out} <= set(HELD_OUT_MODULES)
     assert build_prompts(40, seed=1) == lines  # the same count and seed, the same prompts
+
+
+def test_no_package_fills_the_training_prompts():
+    lines = build_prompts(150, seed=2)
+    packages = Counter((line["source"], top_module(line["module"])) for line in lines)
+    assert max(packages.values()) <= 6  # 4 % of 150, rounded up to a file's three units
+    assert len(packages) >= 30
+    assert all(line["root"] for line in lines)  # the data card names where the code was read
 
 
 def test_a_fix_task_shows_code_with_one_change():

@@ -22,39 +22,57 @@ from engine.speculation.proposers.dflash.training.sources import (
     code_units,
     roots,
     source_files,
+    top_module,
 )
 from engine.speculation.proposers.dflash.training.tasks import make_task
 from engine.speculation.proposers.dflash.training.trainer import Sample
 
 UNITS_PER_FILE = 3  # spread the prompts over many files rather than the longest ones
+PACKAGE_SHARE = 0.04  # no top-level package (say the codecs of `encodings`) gives more of the prompts
 
 
 def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dict]:
     """`count` prompt lines (fewer if the code runs out), from the training modules, or from the
     held-out ones with held_out=True. The same count and seed give the same lines."""
     rng = random.Random(seed)
+    root_of = {name: str(root) for name, root in roots()}
     lines = []
+    per_package: Counter = Counter()
     for source, module, path in interleaved(source_files(held_out), rng):
+        package = (source, top_module(module))
+        if per_package[package] >= max(UNITS_PER_FILE, count * PACKAGE_SHARE):
+            continue
         units = code_units(source, module, path)
         for unit in rng.sample(units, min(UNITS_PER_FILE, len(units))):
+            per_package[package] += 1
             kind, message = make_task(unit, rng)
             prefix = "eval" if held_out else "train"
             lines.append({"id": f"{prefix}-{len(lines)}", "messages": [{"role": "user", "content": message}],
-                          "task": kind, "module": module, "source": source})
+                          "task": kind, "module": module, "source": source,
+                          "root": root_of[source]})
             if len(lines) == count:
                 return lines
     return lines
 
 
 def interleaved(files: list[tuple[str, str, Path]], rng: random.Random) -> list[tuple[str, str, Path]]:
-    """The files shuffled within each source, then taken from each source in turn, so the
-    standard library is as present as the (larger) installed packages."""
-    by_source: dict[str, list] = {}
+    """The files in an order that spreads the prompts: taken from each source in turn (the standard
+    library as present as the installed packages), and within a source from each top-level package
+    in turn, so one large package (or dozens of near-identical codec modules) cannot fill the set."""
+    by_source: dict[str, dict[str, list]] = {}
     for f in files:
-        by_source.setdefault(f[0], []).append(f)
-    for group in by_source.values():
-        rng.shuffle(group)
-    groups = list(by_source.values())
+        by_source.setdefault(f[0], {}).setdefault(top_module(f[1]), []).append(f)
+    streams = []
+    for packages in by_source.values():
+        groups = list(packages.values())
+        rng.shuffle(groups)
+        for group in groups:
+            rng.shuffle(group)
+        streams.append(round_robin(groups))
+    return round_robin(streams)
+
+
+def round_robin(groups: list[list]) -> list:
     return [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
 
 
@@ -100,7 +118,8 @@ def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples
     """What the drafter was trained on: sources, counts, tokens, and what was kept out."""
     prompts = read_jsonl(prompts_path)
     return {
-        "sources": {name: str(root) for name, root in roots()},
+        # where the prompts' code was read: the machine that made them, not necessarily this one
+        "sources": {p["source"]: p["root"] for p in prompts if "root" in p} or {n: str(r) for n, r in roots()},
         "prompts": len(prompts),
         "prompt_files": str(prompts_path),
         "reply_files": [str(p) for p in replies_paths],
