@@ -41,7 +41,8 @@ def add_train_arguments(p) -> None:
     p.add_argument("--minutes", type=float, default=None, help="time budget of the training (resumes included)")
     p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
                    help="end this call after MINUTES (checkpointed; --resume continues the same schedule)")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=None,
+                   help="passes over the data (default: one, or as many as --minutes allows)")
     p.add_argument("--steps", type=int, default=None, help="total steps (default: the epochs, or the budget)")
     p.add_argument("--batch-size", type=int, default=4, help="samples per step (default 4)")
     p.add_argument("--anchors", type=int, default=256, help="blocks per sample per step (default 256)")
@@ -69,7 +70,7 @@ def train(args) -> int:
             raise EngineError("--out DIR is needed for a model that is not a pack")
         out = cached_drafter_dir(args.model)
     for name in ("layers", "batch_size", "anchors", "epochs"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise EngineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
                              max_length=args.max_length, epochs=args.epochs, steps=args.steps,

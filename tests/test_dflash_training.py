@@ -189,3 +189,26 @@ def safe_open_keys(path):
 
     with safe_open(str(path), "pt") as f:
         return list(f.keys())
+
+
+def test_a_time_budget_sets_the_steps_and_may_span_epochs(corpus, tmp_path, monkeypatch):
+    """48 samples of 4 a step make 12 steps an epoch; with 30 s and steps that take 1 s (a clock
+    that moves only while a step runs), the run plans and takes 30 steps, two and a half epochs."""
+    from engine.speculation.proposers.dflash.training import trainer as module
+
+    target, samples, _ = corpus
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    run = Trainer(target, samples, settings(steps=None, minutes=0.5), tmp_path / "budget")
+    step = run.step
+
+    def timed_step():
+        clock[0] += 1.0
+        return step()
+
+    run.step = timed_step
+    state = run.run()
+    assert state.step == state.total == 30 and state.epoch == 2
+    capped = Trainer(target, samples, settings(steps=None, minutes=0.5, epochs=1), tmp_path / "capped")
+    capped.step = lambda: (clock.__setitem__(0, clock[0] + 1.0), Trainer.step(capped))[1]
+    assert capped.run().step == 12  # --epochs caps what the budget would allow

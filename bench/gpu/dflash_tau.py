@@ -28,7 +28,6 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    assert torch.cuda.is_available(), "run this on the GPU machine"
     target = load_model(args.model, max_context=4096)
     builtin = builtin_prompts()
     sets = {name: [target.encode_chat([{"role": "user", "content": builtin[name].text}])] for name in ("edit", "explain")}

@@ -28,6 +28,8 @@ from engine.speculation.proposers.dflash.training.forward import block_loss, tar
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 
 CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
+UNBOUNDED = 10**9  # steps planned before a time budget's fit
+FIT_AT = (10, 100)  # steps after which the planned total is fitted to the time budget
 
 
 @dataclass
@@ -48,7 +50,7 @@ class TrainSettings:
     clip: float = 1.0
     batch_size: int = 4  # samples per step
     max_length: int = 2048  # longer samples are cut
-    epochs: int = 1
+    epochs: int | None = None  # default: one, or as many as a time budget allows
     steps: int | None = None  # total steps (default: the epochs' worth, or what --minutes allows)
     minutes: float | None = None  # time budget of the whole training, resumed runs included
     checkpoint_minutes: float = 5.0
@@ -111,7 +113,12 @@ class Trainer:
             self._restore(checkpoint)
 
     def _epoch_steps(self) -> int:
-        return self.settings.epochs * -(-len(self.samples) // self.settings.batch_size)
+        """The planned steps: the epochs asked for; with a time budget and no epochs, an open
+        count that _fit_budget cuts to what the budget holds."""
+        s = self.settings
+        if s.epochs is None and s.minutes:
+            return UNBOUNDED
+        return (s.epochs or 1) * -(-len(self.samples) // s.batch_size)
 
     @torch.no_grad()
     def _initialise(self) -> None:
@@ -156,10 +163,10 @@ class Trainer:
                 report = self.step()
                 state.seconds += time.perf_counter() - started
                 report.seconds = state.seconds
-                self._fit_budget(s.minutes * 60 if s.minutes else float("inf"))
-                report.total = state.total
                 state.history.append([report.step, report.samples, round(report.seconds, 2),
                                       round(report.loss, 4), round(report.tau, 3)])
+                self._fit_budget(s.minutes * 60 if s.minutes else float("inf"))
+                report.total = state.total
                 if on_step is not None:
                     on_step(report)
                 if time.perf_counter() - last_checkpoint > s.checkpoint_minutes * 60:
@@ -171,12 +178,19 @@ class Trainer:
         return state
 
     def _fit_budget(self, budget: float) -> None:
-        """With a time budget and no step count, the cosine ends where the budget does: after a
-        few steps, the total is cut to what the measured speed fits (kept in the checkpoint)."""
+        """With a time budget and no step count, the cosine ends where the budget does: after 10
+        and again after 100 steps, the total becomes what the measured speed fits (kept in the
+        checkpoint). The speed is taken over the later half of the steps so far, past the first
+        steps' one-time costs (kernel selection, the allocator growing)."""
         s, state = self.settings, self.state
-        if s.steps is None and budget < float("inf") and state.step == 10:
-            fits = int(state.step * budget / max(state.seconds, 1e-9))
-            state.total = max(state.step + 1, min(state.total, fits))
+        if s.steps is not None or budget == float("inf") or state.step not in FIT_AT:
+            return
+        recent = state.history[-(state.step // 2) :]
+        per_step = (recent[-1][2] - recent[0][2]) / max(len(recent) - 1, 1)
+        fits = state.step + int(max(budget - state.seconds, 0.0) / max(per_step, 1e-9))
+        if s.epochs is not None:
+            fits = min(fits, self._epoch_steps())
+        state.total = max(state.step + 1, fits)
 
     def step(self) -> StepReport:
         s, state = self.settings, self.state

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A DFlash drafter for the Coder-1.5B, trained and measured on one warm GPU machine (weights
+# never come back: data, training, evaluation and bench run in calls back to back). Assumes the
+# pack is in SPECCHAT_CACHE (bench/gpu/session.sh setup) and the prompts, made on the machine the
+# code is read from, carried in bench/dflash-data:
+#   specchat dflash-prompts --out bench/dflash-data/prompts.jsonl --count 4000
+#   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
+# One subcommand per call:
+#   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
+#                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
+#   train LAYERS MINUTES   train a LAYERS-layer drafter for MINUTES (rerun the line to resume)
+#   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
+#                          loss/tau curves as a PNG
+#   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15, greedy and sampled) with it
+set -uo pipefail
+export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=${SPECCHAT_CACHE:-/root/stage/cache}
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT" && OUT=$(realpath "$OUT")
+if [ -d /root/stage/whl ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl 2>/dev/null
+fi
+export PYTHONPATH=/tmp/site:.
+name=qwen2.5-coder-1.5b
+DATA=/root/stage/data
+drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1"; }
+case "$1" in
+data)
+  seconds=${2:-200}
+  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
+  SECONDS=0
+  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/prompts.jsonl \
+    --out $DATA/greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
+  echo "greedy: $(wc -l < $DATA/greedy.jsonl) replies in $SECONDS s"
+  SECONDS=0
+  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/prompts.jsonl \
+    --out $DATA/sampled.jsonl --batch-size 256 --max-tokens 768 --temperature 0.7 --top-p 0.8 --top-k 20 \
+    --seed 1 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
+  echo "sampled: $(wc -l < $DATA/sampled.jsonl) replies in $SECONDS s"
+  gzip -c $DATA/greedy.jsonl > "$OUT/greedy.jsonl.gz"; gzip -c $DATA/sampled.jsonl > "$OUT/sampled.jsonl.gz"
+  ;;
+train)
+  layers=${2:-2}; minutes=${3:-9}
+  dir=$(drafter "$layers")
+  resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
+  timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
+    --prompts $DATA/prompts.jsonl --replies $DATA/greedy.jsonl $DATA/sampled.jsonl \
+    --minutes "$minutes" --checkpoint-minutes 3 --batch-size 4 --anchors 256 $resume 2>&1 \
+    | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
+  cp "$dir/training/history.json" "$OUT/history-l$layers.json"; cp "$dir/DATA.md" "$OUT/"
+  ;;
+eval)
+  dirs=$(ls -d "$SPECCHAT_CACHE/$name"/dflash-l* 2>/dev/null)
+  timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl --json "$OUT/tau.json"
+  python3 bench/gpu/dflash_curve.py "$OUT"/history-l*.json --out "$OUT/dflash-training.png"
+  ;;
+bench)
+  for prompt in edit explain; do
+    timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
+      --k 4 8 15 --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2-$prompt" 2>&1 \
+      | grep -v "Warn\|warn" | tail -14
+  done
+  ;;
+esac

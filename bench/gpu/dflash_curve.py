@@ -1,0 +1,68 @@
+"""The training curves of DFlash drafters: loss and tau (expected tokens per step of each step's
+blocks, measured before the step learns from them, so unseen text during the first epoch)
+against training minutes, one line per drafter size. Prints the smoothed figures at each minute.
+
+    python bench/gpu/dflash_curve.py history-l2.json history-l5.json --out dflash-training.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def smoothed(values: list[float], width: int = 50) -> list[float]:
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= width:
+            total -= values[i - width]
+        out.append(total / min(i + 1, width))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("histories", nargs="+")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    runs = {}
+    for path in args.histories:
+        run = json.loads(Path(path).read_text())
+        rows = run["history"]
+        label = f"{run['settings']['num_layers']} layers"
+        runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
+                       "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows])}
+    for label, run in runs.items():
+        print(f"{label}: {run['samples'][-1]} samples in {run['minutes'][-1]:.1f} min")
+        marks = [next((i for i, m in enumerate(run["minutes"]) if m >= minute), len(run["minutes"]) - 1)
+                 for minute in range(1, int(run["minutes"][-1]) + 2)]
+        for i in dict.fromkeys(marks):
+            print(f"  {run['minutes'][i]:5.1f} min  {run['samples'][i]:6d} samples  loss {run['loss'][i]:.3f}"
+                  f"  tau {run['tau'][i]:.2f}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib here: no chart")
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, run in runs.items():
+        left.plot(run["minutes"], run["loss"], label=label)
+        right.plot(run["minutes"], run["tau"], label=label)
+    left.set(xlabel="training minutes (one H200)", ylabel="loss (position-weighted CE)", title="loss")
+    right.set(xlabel="training minutes (one H200)", ylabel="tau (tokens per step, block 16)",
+              title="tau of each step's blocks, before it learns them")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"chart: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
