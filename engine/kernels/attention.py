@@ -20,6 +20,37 @@ BLOCK_N = 32  # keys per inner iteration (swept on an H200: 32 beat 64 at 1K con
 
 
 @triton.jit
+def key_block_scores(q, k_cache_ptr, table_ptr, pos, valid, kvh, d, KVH: tl.constexpr, D: tl.constexpr,
+                     PS: tl.constexpr, FP32: tl.constexpr):
+    """q [M, D] against the keys at positions `pos` of one KV head, read in place through the page
+    table: (scores [M, BLOCK_N], unscaled, and the block's K/V offsets for its values)."""
+    page = tl.load(table_ptr + pos // PS, mask=valid, other=0)
+    slot = page * PS + pos % PS
+    kv_off = ((slot * KVH + kvh) * D)[:, None] + d[None, :]
+    k = tl.load(k_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
+    if D < 16:  # too narrow for the matrix units (tiny test models)
+        s = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), 2)
+    elif FP32:
+        s = tl.dot(q, tl.trans(k), input_precision="ieee")
+    else:
+        s = tl.dot(q, tl.trans(k))
+    return s, kv_off
+
+
+@triton.jit
+def add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D: tl.constexpr, FP32: tl.constexpr):
+    """The online softmax's accumulator rescaled by alpha plus p [M, BLOCK_N] times the block's values."""
+    v = tl.load(v_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
+    if D < 16:
+        pv = tl.sum(p[:, :, None] * v[None, :, :].to(tl.float32), 1)
+    elif FP32:
+        pv = tl.dot(p, v, input_precision="ieee")
+    else:
+        pv = tl.dot(p.to(v.dtype), v)
+    return acc * alpha[:, None] + pv
+
+
+@triton.jit
 def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
     T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr,
@@ -52,16 +83,7 @@ def _attend_split(
     for n0 in range(lo, hi, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
         valid = pos < hi
-        page = tl.load(page_table_ptr + pos // PS, mask=valid, other=0)
-        slot = page * PS + pos % PS
-        kv_off = ((slot * KVH + kvh) * D)[:, None] + d[None, :]
-        k = tl.load(k_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
-        if D < 16:  # too narrow for the matrix units (tiny test models)
-            s = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), 2)
-        elif FP32:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
+        s, kv_off = key_block_scores(q, k_cache_ptr, page_table_ptr, pos, valid, kvh, d, KVH, D, PS, FP32)
         s = s * scale
         see = valid[None, :]
         if CAUSAL:
@@ -72,13 +94,7 @@ def _attend_split(
         p = tl.exp(s - m_safe[:, None])
         alpha = tl.exp(m_i - m_safe)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
-        if D < 16:
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :].to(tl.float32), 1)
-        elif FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D, FP32)
         m_i = m_new
 
     seen = l_i > 0.0

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.attention import add_block_values, key_block_scores
+
 BLOCK_N = 64  # keys per iteration
 
 
@@ -40,28 +42,13 @@ def _batch_decode(
     for n0 in range(0, length, BLOCK_N):
         pos = n0 + tl.arange(0, BLOCK_N)
         valid = pos < length
-        page = tl.load(table + pos // PS, mask=valid, other=0)
-        slot = page * PS + pos % PS
-        kv_off = ((slot * KVH + kvh) * D)[:, None] + d[None, :]
-        k = tl.load(k_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
-        if D < 16:  # too narrow for the matrix units (tiny test models)
-            s = tl.sum(q[:, None, :].to(tl.float32) * k[None, :, :].to(tl.float32), 2)
-        elif FP32:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
+        s, kv_off = key_block_scores(q, k_cache_ptr, table, pos, valid, kvh, d, KVH, D, PS, FP32)
         s = tl.where(valid[None, :], s * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite from the first block on: it holds key 0
         p = tl.exp(s - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_cache_ptr + kv_off, mask=valid[:, None], other=0.0)
-        if D < 16:
-            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :].to(tl.float32), 1)
-        elif FP32:
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D, FP32)
         m_i = m_new
     out = acc / l_i[:, None]
     tl.store(out_ptr + q_off, out.to(out_ptr.dtype.element_ty), mask=real[:, None])
