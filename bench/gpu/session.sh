@@ -44,7 +44,7 @@ tests)
   ;;
 steps-ab)
   opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     for shape in "--random qwen3-4b" "--model $name"; do
       tag=$(echo "$shape" | awk '{print $2}')
       timeout 120 python3 -m specchat bench steps $shape $opts --json "$OUT/new-$tag-$round.json" 2>&1 \
