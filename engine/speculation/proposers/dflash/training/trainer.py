@@ -102,14 +102,15 @@ class Trainer:
             settings = self.settings = TrainSettings(**{**checkpoint["settings"], "minutes": settings.minutes,
                                                         "checkpoint_minutes": settings.checkpoint_minutes})
         cfg = drafter_config(target, settings.num_layers, settings.block_size, settings.mask_token_id)
-        self.drafter = DFlashDrafter(cfg).to(self.device, torch.float32)
+        self.drafter = DFlashDrafter(cfg).to(torch.float32)
+        self.generator = torch.Generator().manual_seed(settings.seed)
+        if checkpoint is None:
+            self._initialise()  # on the CPU: the generator (and so the weights) are the same on any device
+        self.drafter.to(self.device)
         self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=settings.learning_rate,
                                            weight_decay=settings.weight_decay, betas=(0.9, 0.95))
-        self.generator = torch.Generator().manual_seed(settings.seed)
         self.state = RunState(total=settings.steps or self._epoch_steps())
-        if checkpoint is None:
-            self._initialise()
-        else:
+        if checkpoint is not None:
             self._restore(checkpoint)
 
     def _epoch_steps(self) -> int:
