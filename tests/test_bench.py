@@ -91,8 +91,8 @@ def tiny_models(monkeypatch):
     def load(name, **kw):
         return tiny(name, 8 if name == "deep" else 2)
 
-    monkeypatch.setattr("specchat.bench.cli.load_model", load)  # the target
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)  # a draft model
+    monkeypatch.setattr("specchat.options.load_model", load)  # the target
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", load)  # a draft model
 
 
 def bench(tmp_path, capsys, *extra):
@@ -252,8 +252,8 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
         model.tokenizer = LineTokenizer()
         return model
 
-    monkeypatch.setattr("specchat.bench.cli.load_model", load)
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)
+    monkeypatch.setattr("specchat.options.load_model", load)
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", load)
     options = "--device cpu --threads 1 --prompts explain --max-new-tokens 5 --k 2 --repeats 1 --warmup 0 --greedy-only"
     argv = [
         "bench",
@@ -378,7 +378,7 @@ def test_compare_and_bench_report_auto_beside_the_fixed_rows(tmp_path, capsys, t
 
 
 def test_k_auto_on_the_command_line(capsys):
-    from specchat.options import k_value
+    from specchat.arguments import k_value
 
     assert k_value("auto") == "auto" and k_value("AUTO") == "auto" and k_value("7") == 7
     with pytest.raises(SystemExit):

@@ -119,7 +119,7 @@ def test_the_chat_command_says_why_the_model_did_not_load_and_exits_with_status_
 async def test_a_draft_with_another_vocabulary_is_refused_at_load_and_the_chat_goes_on(monkeypatch):
     target, draft = tiny_model(vocab=64), tiny_model(vocab=80)
     target.tokenizer = draft.tokenizer = LetterTokenizer()
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", lambda *a, **kw: draft)
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", lambda *a, **kw: draft)
     session = ChatSession(Namespace(model="tiny", draft="other-vocab", dflash=None), model=target)
     app = make_app(session, Settings(proposer="draft", k=3, max_tokens=8), save=False)
     notes = recorded_notes(app)
