@@ -54,6 +54,13 @@ async def command(pilot, text: str) -> None:
     await pilot.pause()
 
 
+async def answer(pilot, text: str) -> str:
+    """What the app says (its last notification) in answer to the slash command `text`."""
+    notes = recorded_notes(pilot.app)
+    await command(pilot, text)
+    return notes[-1]
+
+
 async def opened(pilot, key: str) -> None:
     """Press a key that opens a screen (ctrl+s, ?) and let the screen come up."""
     await pilot.press(key)

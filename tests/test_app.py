@@ -10,6 +10,7 @@ from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
 from tests.pilot import (
+    answer,
     ask,
     chat,
     command,
@@ -248,12 +249,11 @@ async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_
 @pilot_test
 async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(home):
     app = scripted_app()
-    notes = recorded_notes(app)
     async with chat(app) as pilot:
         await ask(pilot, "hello")
         (home / "a-file").write_text("")
-        await command(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
-        assert notes[-1].startswith(f"cannot write the chat to {home}/a-file/chat.md:")
+        said = await answer(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
+        assert said.startswith(f"cannot write the chat to {home}/a-file/chat.md:")
         await ask(pilot, "again")
         assert len(app.query(ReplyView)) == 2 and reply(app).text == "".join(WORDS)
 

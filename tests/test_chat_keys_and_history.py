@@ -18,9 +18,9 @@ from specchat.widgets.transcript import ReplyView
 from tests.conftest import tiny_model
 from tests.pilot import (
     LetterTokenizer,
+    answer,
     ask,
     chat,
-    command,
     opened,
     pilot_test,
     recorded_notes,
@@ -129,11 +129,9 @@ async def test_a_draft_with_another_vocabulary_is_refused_at_load_and_the_chat_g
 @pilot_test
 async def test_export_into_a_folder_writes_a_file_there(home):
     app = scripted_app()
-    notes = recorded_notes(app)
     async with chat(app) as pilot:
         await ask(pilot, "hello")
-        await command(pilot, f"/export {home}")
-        assert notes[-1] == f"chat written to {home / app.record.id}.md"
+        assert await answer(pilot, f"/export {home}") == f"chat written to {home / app.record.id}.md"
         assert "".join(WORDS) in (home / f"{app.record.id}.md").read_text()
 
 
@@ -144,13 +142,11 @@ async def test_an_export_that_fails_names_the_file_asked_for_not_a_temporary_one
     def refuse(src, dst):
         raise PermissionError(13, "Permission denied", str(src))
 
-    app = scripted_app()
-    notes = recorded_notes(app)
-    async with chat(app) as pilot:
+    async with chat(scripted_app()) as pilot:
         await ask(pilot, "hello")
         monkeypatch.setattr(specchat.settings.os, "replace", refuse)
-        await command(pilot, f"/export {home}/chat.md")
-        assert notes[-1] == f"cannot write the chat to {home}/chat.md: Permission denied"
+        said = await answer(pilot, f"/export {home}/chat.md")
+        assert said == f"cannot write the chat to {home}/chat.md: Permission denied"
 
 
 @pilot_test
@@ -198,7 +194,6 @@ async def test_resume_reopens_the_last_chat_and_goes_on_with_it():
 @pilot_test
 async def test_resume_with_no_saved_chat_says_so():
     app = scripted_app()
-    notes = recorded_notes(app)
     async with chat(app) as pilot:
-        await command(pilot, "/resume")
-        assert notes[-1] == "no saved chat to reopen" and not app.query(ReplyView)
+        assert await answer(pilot, "/resume") == "no saved chat to reopen"
+        assert not app.query(ReplyView)
