@@ -9,58 +9,92 @@ The rooms behind it (docs/ARCHITECTURE.md): network/ (what a model computes), lo
 packs, tokenizers), runtime/ (steps, KV cache, sampling, CUDA graphs), batching/ (many sequences per step),
 kernels/ (Triton),
 speculation/ (the loop, metrics, the proposers and their registry; DFlash drafters' training).
+
+Each name is imported from its room when it is first asked for, so a front end that only lists
+proposers or prints its help (the errors, the limits, the registry's declarations) never loads
+torch.
 """
 
-from engine.batching.decode import BatchDecoder, Finished, generate_batch
-from engine.errors import EngineError
-from engine.limits import MAX_K, MAX_STEP, PAGE_SIZE
-from engine.loading.loader import DTYPES, load_model
-from engine.loading.packs import PACKS, cache_root
-from engine.loading.packs import ensure as ensure_pack
-from engine.loading.packs import model_dir as pack_dir
-from engine.loading.tokenizer import Detokenizer
-from engine.network.config import PRESETS, ModelConfig, preset
-from engine.profile import profile_steps
-from engine.runtime.model import Model, random_model
-from engine.runtime.sampling import SamplingParams
-from engine.speculation.auto import AutoProposer
-from engine.speculation.inspection import DraftCheck, Inspection
-from engine.speculation.loop import Generation, Result, Step, generate, stream
-from engine.speculation.metrics import Metrics
-from engine.speculation.proposers.base import AUTO, Proposal, Proposer, check_k
-from engine.speculation.proposers.dflash import RANDOM as RANDOM_DRAFTER
-from engine.speculation.proposers.dflash import (
-    DFlashProposer,
-    cached_drafter_dir,
-    load_drafter,
-    save_drafter,
-    write_random_drafter,
-)
-from engine.speculation.proposers.dflash.training.data import build_prompts
-from engine.speculation.proposers.dflash.training.evaluate import measure_tau
-from engine.speculation.proposers.dflash.training.run import train_dflash
-from engine.speculation.proposers.dflash.training.trainer import StepReport, TrainSettings
-from engine.speculation.proposers.draft import DraftProposer
-from engine.speculation.proposers.ngram import NgramProposer
-from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
-from engine.speculation.registry import (
-    LoadedProposer,
-    find_spec,
-    load_proposer,
-    missing,
-    offered,
-    proposer_specs,
-    register,
-    unregister,
-)
+from __future__ import annotations
 
-__all__ = [
-    "AUTO", "DTYPES", "MAX_K", "MAX_STEP", "PACKS", "PAGE_SIZE", "PRESETS", "RANDOM_DRAFTER",
-    "AutoProposer", "BatchDecoder", "DFlashProposer", "Detokenizer", "DraftCheck", "DraftProposer", "EngineError", "Finished", "Generation", "Inspection",
-    "LoadedProposer", "Metrics", "Model", "ModelConfig", "Need", "NgramProposer", "Proposal", "Proposer",
-    "ProposerOptions", "ProposerSpec", "Result", "SamplingParams", "Step", "StepReport", "TrainSettings",
-    "build_prompts", "cache_root", "cached_drafter_dir", "check_k", "ensure_pack",
-    "find_spec", "generate", "generate_batch", "load_drafter", "load_model", "load_proposer", "measure_tau",
-    "missing", "offered", "pack_dir", "preset", "profile_steps", "proposer_specs", "random_model", "register",
-    "save_drafter", "stream", "train_dflash", "unregister", "write_random_drafter",
-]
+import importlib
+
+_DRAFTER_FILES = "engine.speculation.proposers.dflash.files"
+_TRAINING = "engine.speculation.proposers.dflash.training"
+
+# exported name -> (module, its name there)
+_ROOMS = {
+    "BatchDecoder": ("engine.batching.decode", "BatchDecoder"),
+    "Finished": ("engine.batching.decode", "Finished"),
+    "generate_batch": ("engine.batching.decode", "generate_batch"),
+    "EngineError": ("engine.errors", "EngineError"),
+    "AUTO": ("engine.limits", "AUTO"),
+    "MAX_K": ("engine.limits", "MAX_K"),
+    "MAX_STEP": ("engine.limits", "MAX_STEP"),
+    "PAGE_SIZE": ("engine.limits", "PAGE_SIZE"),
+    "check_k": ("engine.limits", "check_k"),
+    "load_model": ("engine.loading.loader", "load_model"),
+    "PACKS": ("engine.loading.packs", "PACKS"),
+    "cache_root": ("engine.loading.packs", "cache_root"),
+    "ensure_pack": ("engine.loading.packs", "ensure"),
+    "pack_dir": ("engine.loading.packs", "model_dir"),
+    "Detokenizer": ("engine.loading.tokenizer", "Detokenizer"),
+    "DTYPES": ("engine.network.config", "DTYPES"),
+    "PRESETS": ("engine.network.config", "PRESETS"),
+    "ModelConfig": ("engine.network.config", "ModelConfig"),
+    "preset": ("engine.network.config", "preset"),
+    "profile_steps": ("engine.profile", "profile_steps"),
+    "Model": ("engine.runtime.model", "Model"),
+    "random_model": ("engine.runtime.model", "random_model"),
+    "SamplingParams": ("engine.runtime.sampling", "SamplingParams"),
+    "AutoProposer": ("engine.speculation.auto", "AutoProposer"),
+    "DraftCheck": ("engine.speculation.inspection", "DraftCheck"),
+    "Inspection": ("engine.speculation.inspection", "Inspection"),
+    "Generation": ("engine.speculation.loop", "Generation"),
+    "Result": ("engine.speculation.loop", "Result"),
+    "Step": ("engine.speculation.loop", "Step"),
+    "generate": ("engine.speculation.loop", "generate"),
+    "stream": ("engine.speculation.loop", "stream"),
+    "Metrics": ("engine.speculation.metrics", "Metrics"),
+    "Proposal": ("engine.speculation.proposers.base", "Proposal"),
+    "Proposer": ("engine.speculation.proposers.base", "Proposer"),
+    "RANDOM_DRAFTER": ("engine.speculation.proposers.dflash", "RANDOM"),
+    "DFlashProposer": ("engine.speculation.proposers.dflash.proposer", "DFlashProposer"),
+    "cached_drafter_dir": (_DRAFTER_FILES, "cached_drafter_dir"),
+    "load_drafter": (_DRAFTER_FILES, "load_drafter"),
+    "save_drafter": (_DRAFTER_FILES, "save_drafter"),
+    "write_random_drafter": (_DRAFTER_FILES, "write_random_drafter"),
+    "build_prompts": (f"{_TRAINING}.data", "build_prompts"),
+    "measure_tau": (f"{_TRAINING}.evaluate", "measure_tau"),
+    "train_dflash": (f"{_TRAINING}.run", "train_dflash"),
+    "StepReport": (f"{_TRAINING}.trainer", "StepReport"),
+    "TrainSettings": (f"{_TRAINING}.trainer", "TrainSettings"),
+    "DraftProposer": ("engine.speculation.proposers.draft.proposer", "DraftProposer"),
+    "NgramProposer": ("engine.speculation.proposers.ngram.proposer", "NgramProposer"),
+    "Need": ("engine.speculation.proposers.spec", "Need"),
+    "ProposerOptions": ("engine.speculation.proposers.spec", "ProposerOptions"),
+    "ProposerSpec": ("engine.speculation.proposers.spec", "ProposerSpec"),
+    "LoadedProposer": ("engine.speculation.registry", "LoadedProposer"),
+    "find_spec": ("engine.speculation.registry", "find_spec"),
+    "load_proposer": ("engine.speculation.registry", "load_proposer"),
+    "missing": ("engine.speculation.registry", "missing"),
+    "offered": ("engine.speculation.registry", "offered"),
+    "proposer_specs": ("engine.speculation.registry", "proposer_specs"),
+    "register": ("engine.speculation.registry", "register"),
+    "unregister": ("engine.speculation.registry", "unregister"),
+}
+
+__all__ = list(_ROOMS)
+
+
+def __getattr__(name: str):
+    if name not in _ROOMS:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    module, attribute = _ROOMS[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # asked once: later reads are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

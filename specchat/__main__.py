@@ -6,11 +6,18 @@ import argparse
 import sys
 
 from engine import EngineError
-from specchat.bench.chat_options import add_chat_arguments
-from specchat.bench.cli import add_bench_arguments, add_compare_arguments, add_steps_arguments
-from specchat.cli_generate import add_generate_arguments, generate
-from specchat.cli_train import add_prompts_arguments, add_train_arguments, dflash_prompts, train
-from specchat.options import add_model_arguments
+from specchat.arguments import (
+    add_generate_arguments,
+    add_model_arguments,
+    add_prompts_arguments,
+    add_train_arguments,
+)
+from specchat.bench.arguments import (
+    add_bench_arguments,
+    add_chat_arguments,
+    add_compare_arguments,
+    add_steps_arguments,
+)
 
 DEFAULT_MODEL = "smollm2-135m"
 BENCHES = ("table", "steps", "chat")
@@ -63,16 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "bench" and (len(argv) == 1 or argv[1] not in BENCHES + ("-h", "--help")):
         argv = ["bench", "table", *argv[1:]]  # the table is what `specchat bench` means
     args = parser().parse_args(argv)
+    # Each command is imported when it runs: most load torch, which the help and the parser's own
+    # errors do without.
     try:
         if args.command == "run":
             from specchat.cli_run import run
 
             return run(args)
         if args.command == "generate":
+            from specchat.cli_generate import generate
+
             return generate(args)
         if args.command == "dflash-prompts":
+            from specchat.cli_train import dflash_prompts
+
             return dflash_prompts(args)
         if args.command == "train-dflash":
+            from specchat.cli_train import train
+
             return train(args)
         if args.command == "pull":
             from specchat.cli_run import pull

@@ -11,28 +11,13 @@ from __future__ import annotations
 import sys
 import time
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import ProgressColumn, TimeRemainingColumn
 from rich.text import Text
 
 from engine import EngineError, generate_batch
 from specchat.jsonl import append_reply, read_prompts, written_ids
 from specchat.options import load_target, sampling_from
-
-
-def add_generate_arguments(p) -> None:
-    p.add_argument("--prompts", required=True, help="JSONL file: one {\"prompt\": ...} or {\"messages\": [...]} a line")
-    p.add_argument("--out", required=True, help="JSONL file the replies are appended to (a rerun resumes it)")
-    p.add_argument("--batch-size", type=int, default=64, help="sequences decoded together (default 64)")
-    p.add_argument("--system", default=None, help="system prompt for \"prompt\" lines")
-    p.add_argument("--raw", action="store_true", help="no chat template: a \"prompt\" is the text to continue")
+from specchat.progress import counted_bar, message_progress
 
 
 def generate(args) -> int:
@@ -45,7 +30,8 @@ def generate(args) -> int:
     if not pending:
         print(f"specchat: all {len(prompts)} prompts already have replies in {args.out}", file=sys.stderr)
         return 0
-    model = load_target(args)
+    with message_progress() as progress:
+        model = load_target(args, progress)
     if model.tokenizer is None:
         raise EngineError(f"{args.model} has no tokenizer: it cannot read text prompts")
     ids = [encode(model, p, args) for p in pending]
@@ -55,7 +41,8 @@ def generate(args) -> int:
                               f"{model.max_context}-token context (raise --max-context or shorten it)")
     stop = model.stop_ids()
     seeds = [sampling.seed + p.line for p in pending]
-    with open(args.out, "a", encoding="utf-8") as out, progress_bar() as bar:
+    bar = counted_bar("sequences", TokenRate(), TimeRemainingColumn())
+    with open(args.out, "a", encoding="utf-8") as out, bar:
         task = bar.add_task("generate", total=len(pending), tokens=0, started=time.perf_counter())
 
         def write(finished) -> None:
@@ -84,10 +71,3 @@ class TokenRate(ProgressColumn):
         elapsed = time.perf_counter() - task.fields["started"]
         rate = task.fields["tokens"] / elapsed if elapsed > 0 else 0.0
         return Text(f"{rate:,.0f} tok/s", style="progress.data.speed")
-
-
-def progress_bar() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("sequences"), TokenRate(), TimeRemainingColumn(), console=Console(stderr=True),
-    )

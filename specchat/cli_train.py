@@ -12,45 +12,12 @@ import json
 import sys
 import time
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn
+from rich.progress import ProgressColumn
 from rich.text import Text
 
 from engine import PACKS, EngineError, TrainSettings, build_prompts, cached_drafter_dir, train_dflash
-from specchat.options import add_target_options, load_target
-
-
-def add_prompts_arguments(p) -> None:
-    p.add_argument("--out", required=True, help="JSONL file of prompts to write")
-    p.add_argument("--count", type=int, default=4000, help="prompts to make (default 4000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--held-out", action="store_true",
-                   help="prompts from the held-out modules (for evaluation; never trained on)")
-
-
-def add_train_arguments(p) -> None:
-    g = p.add_argument_group("model")
-    g.add_argument("--model", required=True, help="the target: pack name, HF directory, GGUF file or hub id")
-    add_target_options(g)
-    p.add_argument("--out", default=None, help="drafter folder (default for a pack: <cache>/<pack>/dflash, "
-                                               "where the chat finds it)")
-    p.add_argument("--prompts", required=True, help="the prompts file (specchat dflash-prompts)")
-    p.add_argument("--replies", required=True, nargs="+", help="the target's replies (specchat generate), "
-                                                                "e.g. a greedy and a sampled file")
-    p.add_argument("--layers", type=int, default=5, help="drafter layers (default 5)")
-    p.add_argument("--minutes", type=float, default=None, help="time budget of the training (resumes included)")
-    p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
-                   help="end this call after MINUTES (checkpointed; --resume continues the same schedule)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="passes over the data (default: one, or as many as --minutes allows)")
-    p.add_argument("--steps", type=int, default=None, help="total steps (default: the epochs, or the budget)")
-    p.add_argument("--batch-size", type=int, default=4, help="samples per step (default 4)")
-    p.add_argument("--anchors", type=int, default=256, help="blocks per sample per step (default 256)")
-    p.add_argument("--max-length", type=int, default=2048, help="tokens per sample; longer ones are cut")
-    p.add_argument("--learning-rate", type=float, default=6e-4)
-    p.add_argument("--checkpoint-minutes", type=float, default=5.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")
+from specchat.options import load_target
+from specchat.progress import counted_bar, message_progress
 
 
 def dflash_prompts(args) -> int:
@@ -77,8 +44,9 @@ def train(args) -> int:
                              minutes=args.minutes, learning_rate=args.learning_rate,
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed)
     args.max_context = max(args.max_context or 0, args.max_length + 16)
-    target = load_target(args)
-    with progress_bar() as bar:
+    with message_progress() as progress:
+        target = load_target(args, progress)
+    with counted_bar("steps", Figures()) as bar:
         task = bar.add_task("train", total=None, loss=float("nan"), tau=float("nan"), rate=0.0, left=None)
 
         def show(report) -> None:
@@ -103,8 +71,3 @@ class Figures(ProgressColumn):
         left = "-" if f["left"] is None else time.strftime("%H:%M:%S", time.gmtime(f["left"]))
         return Text(f"loss {f['loss']:.3f}  tau~{f['tau']:.2f}  {f['rate']:.1f} samples/s  {left} left",
                     style="progress.data.speed")
-
-
-def progress_bar() -> Progress:
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("steps"), Figures(), console=Console(stderr=True))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Callable
 
 from engine import (
     AUTO,
-    DTYPES,
     MAX_K,
     AutoProposer,
     EngineError,
@@ -21,45 +20,7 @@ from engine import (
     proposer_specs,
 )
 
-
-def progress_line(message: str) -> None:
-    """On a terminal each message replaces the last on one stderr line; in a log, one line each."""
-    if sys.stderr.isatty():
-        print(f"\r\x1b[K{message}", end="", file=sys.stderr, flush=True)
-    else:
-        print(message, file=sys.stderr, flush=True)
-
-
-def add_target_options(g) -> None:
-    """--device, --dtype, --max-context: what every command that loads a model takes."""
-    g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
-    g.add_argument("--dtype", default=None, choices=list(DTYPES))
-    g.add_argument("--max-context", type=int, default=None,
-                   help="tokens of KV cache per model (default 4096, or the model's positions if fewer)")
-
-
-def add_need_options(g) -> None:
-    """One option per thing a registered proposer needs (--draft MODEL, --dflash DRAFTER, ...)."""
-    for spec in proposer_specs():
-        if spec.need is not None:
-            g.add_argument(f"--{spec.need.option}", metavar=spec.need.metavar, help=spec.need.help)
-
-
-def k_value(text: str) -> int | str:
-    """A command line's k: a whole number of drafts per step, or auto."""
-    if text.strip().lower() == AUTO:
-        return AUTO
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"k must be a whole number from 1 to {MAX_K} or auto, got {text!r}") from None
-
-
-def add_proposer_option(g) -> None:
-    names = [s.name for s in proposer_specs()]
-    g.add_argument("--proposer", choices=[*names, AUTO], default=None,
-                   help="who drafts (default: the one whose --OPTION is given): " + ", ".join(names)
-                   + "; auto: each step, the one expected to pay best among those given")
+Progress = Callable[[str], None]  # where loading reports what it is doing (specchat/progress.py)
 
 
 def sampling_from(args) -> SamplingParams:
@@ -69,7 +30,7 @@ def sampling_from(args) -> SamplingParams:
     )
 
 
-def load_target(args, progress=progress_line):
+def load_target(args, progress: Progress):
     if args.max_context is not None and args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
@@ -82,7 +43,7 @@ def sources(args) -> dict[str, str | None]:
     return {s.need.option: getattr(args, s.need.option.replace("-", "_"), None) for s in proposer_specs() if s.need}
 
 
-def proposer_options(args, progress=progress_line) -> ProposerOptions:
+def proposer_options(args, progress: Progress) -> ProposerOptions:
     return ProposerOptions(
         {k: v for k, v in sources(args).items() if v}, sample_drafts=bool(getattr(args, "sample_drafts", False)),
         eager=bool(getattr(args, "eager", False)), progress=progress,
@@ -101,7 +62,7 @@ def chosen_proposer(args) -> str | None:
     return given[0] if given else None
 
 
-def load_chosen(args, target, progress=progress_line) -> LoadedProposer | None:
+def load_chosen(args, target, progress: Progress) -> LoadedProposer | None:
     name = chosen_proposer(args)
     return None if name is None else load_proposer(name, target, proposer_options(args, progress))
 
@@ -117,7 +78,7 @@ def check_k_flags(args) -> None:
         flag_k("-k", args.k)
 
 
-def proposer_from(args, target, progress=progress_line):
+def proposer_from(args, target, progress: Progress):
     """The proposer the options ask for (None: plain decoding), with k from --speculate or -k."""
     check_k_flags(args)
     if chosen_proposer(args) == AUTO:
@@ -148,36 +109,3 @@ def flag_k(flag: str, k: int, max_k: int = MAX_K, why: str = "") -> int:
 
 def warn(message: str) -> None:
     print(f"specchat: {message}", file=sys.stderr, flush=True)
-
-
-def add_model_arguments(p: argparse.ArgumentParser, default_model: str, speculation: bool = True) -> None:
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=default_model, help="pack name, HF directory, GGUF file or hub id")
-    add_target_options(g)
-    g.add_argument("--eager", action="store_true", help="no CUDA graphs (the target and a draft model)")
-    g.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
-    if speculation:
-        add_speculation_arguments(p)
-    a = p.add_argument_group("sampling")
-    a.add_argument("--temperature", type=float, default=0.0)
-    a.add_argument("--top-k", type=int, default=0)
-    a.add_argument("--top-p", type=float, default=1.0)
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument("--max-tokens", type=int, default=256)
-
-
-def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
-    s = p.add_argument_group("speculation")
-    add_proposer_option(s)
-    s.add_argument("--speculate", type=k_value, metavar="K",
-                   help="n-gram (prompt lookup) drafts, K per step (auto: chosen each step)")
-    add_need_options(s)
-    s.add_argument("-k", type=k_value, default=None,
-                   help="drafts per step, or auto: chosen each step (default: the proposer's own)")
-    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
-
-
-BATCH_INVARIANT_HELP = (
-    "GPU: compute each token the same way in decode and verify steps, so bf16 replies with "
-    "speculation are plain decoding's exactly (slower decode steps)"
-)

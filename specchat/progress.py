@@ -1,6 +1,6 @@
-"""Progress of long work on stderr through Rich's bars: the runs of bench and compare, and the steps
-the engine reports while it fetches, converts or loads a model ("fetching ... (2/3)" becomes a bar
-two thirds full). In a log (stderr not a terminal) Rich draws nothing, so plain lines are written
+"""Progress of long work on stderr through Rich's bars, for every command: the steps the engine
+reports while it fetches, converts or loads a model ("fetching ... (2/3)" becomes a bar two thirds
+full), the runs of bench and compare, and the counted work of generate and train-dflash. In a log (stderr not a terminal) Rich draws nothing, so plain lines are written
 instead: each message, or for runs a line at the start and at every tenth of the way."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -83,3 +84,9 @@ def message_progress():
             bar.update(task, description=message, completed=done, total=total)
 
         yield show
+
+
+def counted_bar(unit: str, *figures: ProgressColumn) -> Progress:
+    """A bar of `unit`s done out of their total, with the command's own `figures` beside it."""
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn(unit), *figures, console=stderr_console())

@@ -48,6 +48,25 @@ async def say(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
+async def command(pilot, text: str) -> None:
+    """Send a slash command (/export, /k 3, ...) and let the app act on it."""
+    await say(pilot, text)
+    await pilot.pause()
+
+
+async def answer(pilot, text: str) -> str:
+    """What the app says (its last notification) in answer to the slash command `text`."""
+    notes = recorded_notes(pilot.app)
+    await command(pilot, text)
+    return notes[-1]
+
+
+async def opened(pilot, key: str) -> None:
+    """Press a key that opens a screen (ctrl+s, ?) and let the screen come up."""
+    await pilot.press(key)
+    await pilot.pause()
+
+
 async def ask(pilot, text: str) -> None:
     """Send a message and wait until its reply has finished."""
     await say(pilot, text)

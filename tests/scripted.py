@@ -12,7 +12,9 @@ from argparse import Namespace
 from types import SimpleNamespace
 
 from engine import Detokenizer, DraftCheck, Inspection, Metrics, Proposer, Step
+from specchat.app import SpecChat, make_app
 from specchat.session import ChatSession
+from specchat.settings import Settings
 
 WORDS = (
     "The",
@@ -160,3 +162,8 @@ class ScriptedSession(ChatSession):
     def release(self, steps: int = 1) -> None:
         for _ in range(steps):
             self.gate.release()
+
+
+def scripted_app(settings: Settings | None = None, save: bool = False, **script) -> SpecChat:
+    """The chat on a ScriptedSession(**script) (`app.session`), saving its settings only if `save`."""
+    return make_app(ScriptedSession(**script), settings or Settings(), save=save)

@@ -2,10 +2,9 @@
 
 import pytest
 
-from engine import AUTO, Proposer, Step
+from engine import AUTO, DraftProposer, Proposer, Step
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
-from engine.speculation.proposers.draft import DraftProposer
 from engine.speculation.step_costs import CostTable
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps

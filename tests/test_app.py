@@ -9,13 +9,25 @@ from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
 from specchat.widgets.transcript import STYLES, ReplyView
-from tests.pilot import ask, chat, pilot_test, recorded_notes, reply, say, stepped, steps_shown, until
-from tests.scripted import WORDS, ScriptedGeneration, ScriptedSession
+from tests.pilot import (
+    answer,
+    ask,
+    chat,
+    command,
+    pilot_test,
+    recorded_notes,
+    reply,
+    say,
+    stepped,
+    steps_shown,
+    until,
+)
+from tests.scripted import WORDS, ScriptedGeneration, ScriptedSession, scripted_app
 
 
 @pilot_test
 async def test_each_token_is_styled_by_where_it_came_from():
-    app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=4), accepts=[2, 4, 0])
     async with chat(app) as pilot:
         await ask(pilot, "tell me about a fox")
         view = reply(app)
@@ -46,8 +58,8 @@ async def test_each_token_is_styled_by_where_it_came_from():
 
 @pilot_test
 async def test_switching_proposer_mid_reply_changes_the_next_step():
-    session = ScriptedSession(accepts=[1], stepwise=True)
-    app = make_app(session, Settings(proposer="n-gram", k=3), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=3), accepts=[1], stepwise=True)
+    session = app.session
     async with chat(app) as pilot:
         await stepped(pilot, session, "go", 1)
         assert (app.stats.last.proposer, app.stats.last.k) == ("n-gram", 3)
@@ -68,8 +80,8 @@ async def test_switching_proposer_mid_reply_changes_the_next_step():
 
 @pilot_test
 async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
-    session = ScriptedSession(accepts=[1], stepwise=True)
-    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=2), accepts=[1], stepwise=True)
+    session = app.session
     async with chat(app) as pilot:
         await stepped(pilot, session, "first", 2)
         await pilot.press("escape")
@@ -96,8 +108,8 @@ async def test_escape_stops_the_reply_keeps_its_text_and_the_chat_goes_on(home):
 
 @pilot_test
 async def test_quitting_mid_reply_keeps_what_was_written(home):
-    session = ScriptedSession(accepts=[1], stepwise=True)
-    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=2), accepts=[1], stepwise=True)
+    session = app.session
     async with chat(app) as pilot:
         await stepped(pilot, session, "first", 2)
     saved = json.loads(app.record.path.read_text())
@@ -107,7 +119,7 @@ async def test_quitting_mid_reply_keeps_what_was_written(home):
 
 @pilot_test
 async def test_every_reply_is_saved_and_export_writes_markdown(home):
-    app = make_app(ScriptedSession(), Settings(), save=False)
+    app = scripted_app()
     async with chat(app) as pilot:
         await ask(pilot, "hello")
         saved = json.loads(app.record.path.read_text())
@@ -120,7 +132,7 @@ async def test_every_reply_is_saved_and_export_writes_markdown(home):
 
 @pilot_test
 async def test_new_chat_starts_empty_and_settings_are_saved(home):
-    app = make_app(ScriptedSession(), Settings(), save=True)
+    app = scripted_app(save=True)
     async with chat(app) as pilot:
         await ask(pilot, "hello")
         old = app.record.path
@@ -141,7 +153,7 @@ async def test_new_chat_starts_empty_and_settings_are_saved(home):
 
 @pilot_test
 async def test_settings_screen_refuses_a_bad_value():
-    app = make_app(ScriptedSession(), Settings(), save=False)
+    app = scripted_app()
     async with chat(app) as pilot:
         await pilot.press("ctrl+s")
         app.screen.query_one("#top_p").value = "2"
@@ -154,7 +166,7 @@ async def test_settings_screen_refuses_a_bad_value():
 
 @pilot_test
 async def test_the_panel_folds_away_on_a_narrow_terminal():
-    app = make_app(ScriptedSession(), Settings(), save=False)
+    app = scripted_app()
     async with chat(app, (80, 24)) as pilot:
         panel = app.query_one(SpecPanel)
         assert not panel.display
@@ -167,7 +179,7 @@ async def test_the_panel_folds_away_on_a_narrow_terminal():
 
 @pilot_test
 async def test_typed_plus_and_question_mark_are_text_not_keys():
-    app = make_app(ScriptedSession(), Settings(k=4), save=False)
+    app = scripted_app(Settings(k=4))
     async with chat(app) as pilot:
         await pilot.press("a", "plus", "question_mark")
         assert app.query_one("#prompt").value == "a+?"
@@ -236,22 +248,20 @@ async def test_a_model_load_that_fails_unexpectedly_says_why_instead_of_loading_
 
 @pilot_test
 async def test_export_to_a_path_it_cannot_write_says_so_and_the_chat_goes_on(home):
-    app = make_app(ScriptedSession(), Settings(), save=False)
-    notes = recorded_notes(app)
+    app = scripted_app()
     async with chat(app) as pilot:
         await ask(pilot, "hello")
         (home / "a-file").write_text("")
-        await say(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
-        await pilot.pause()
-        assert notes[-1].startswith(f"cannot write the chat to {home}/a-file/chat.md:")
+        said = await answer(pilot, f"/export {home}/a-file/chat.md")  # a folder that is a file
+        assert said.startswith(f"cannot write the chat to {home}/a-file/chat.md:")
         await ask(pilot, "again")
         assert len(app.query(ReplyView)) == 2 and reply(app).text == "".join(WORDS)
 
 
 @pilot_test
 async def test_messages_sent_while_a_reply_is_written_are_queued_and_sent_in_turn():
-    session = ScriptedSession(accepts=[1], stepwise=True)
-    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=2), accepts=[1], stepwise=True)
+    session = app.session
     async with chat(app) as pilot:
         await say(pilot, "first")
         await say(pilot, "second")
@@ -271,7 +281,7 @@ async def test_a_settings_folder_that_cannot_be_written_is_reported_not_fatal(ho
     blocked = home / "blocked"
     blocked.write_text("a file where the folder should be")
     monkeypatch.setenv("SPECCHAT_HOME", str(blocked))
-    app = make_app(ScriptedSession(), Settings(), save=True)
+    app = scripted_app(save=True)
     notes = recorded_notes(app)
     async with chat(app) as pilot:
         await ask(pilot, "hello")
@@ -282,12 +292,10 @@ async def test_a_settings_folder_that_cannot_be_written_is_reported_not_fatal(ho
 
 @pilot_test
 async def test_k_out_of_range_is_said_not_silently_changed():
-    app = make_app(ScriptedSession(), Settings(proposer="n-gram", k=4), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=4))
     notes = recorded_notes(app)
     async with chat(app) as pilot:
-        await say(pilot, "/k 99")
-        await pilot.pause()
+        await command(pilot, "/k 99")
         assert app.settings.k == 15 and notes[-1] == "k = 99 is out of range here: k is 15"
-        await say(pilot, "/k 3")
-        await pilot.pause()
+        await command(pilot, "/k 3")
         assert app.settings.k == 3 and notes[-1].startswith("k = 99")  # nothing more to say

@@ -91,8 +91,8 @@ def tiny_models(monkeypatch):
     def load(name, **kw):
         return tiny(name, 8 if name == "deep" else 2)
 
-    monkeypatch.setattr("specchat.bench.cli.load_model", load)  # the target
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)  # a draft model
+    monkeypatch.setattr("specchat.options.load_model", load)  # the target
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", load)  # a draft model
 
 
 def bench(tmp_path, capsys, *extra):
@@ -252,8 +252,8 @@ def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeyp
         model.tokenizer = LineTokenizer()
         return model
 
-    monkeypatch.setattr("specchat.bench.cli.load_model", load)
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", load)
+    monkeypatch.setattr("specchat.options.load_model", load)
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", load)
     options = "--device cpu --threads 1 --prompts explain --max-new-tokens 5 --k 2 --repeats 1 --warmup 0 --greedy-only"
     argv = [
         "bench",
@@ -292,20 +292,25 @@ def test_chart_is_drawn_when_matplotlib_is_there(tmp_path, capsys, tiny_models):
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_compare_marks_each_methods_best_k_and_the_fastest_row(tmp_path, capsys, tiny_models):
+def compared(tmp_path, capsys, *ks: str) -> list[str]:
+    """The rows of `specchat compare`'s table: the target, with n-gram and the draft at these k, on
+    a prompt of repeating lines."""
     prompt = tmp_path / "mine.txt"
     prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
-    options = "--model target --draft draft --device cpu --threads 1 --k 2 4 --max-new-tokens 6 --warmup 0"
-    argv = ["compare", *options.split(), "--prompt-file", str(prompt)]
-    assert main(argv) == 0
-    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
-    assert [line.split(" | ")[0:2] for line in table] == [
-        ["| plain", "–"],
-        ["| n-gram", "2"],
-        ["| n-gram", "4"],
-        ["| draft draft", "2"],
-        ["| draft draft", "4"],
-    ]
+    options = "--model target --draft draft --device cpu --threads 1 --max-new-tokens 6 --warmup 0"
+    assert main(["compare", *options.split(), "--k", *ks, "--prompt-file", str(prompt)]) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
+
+
+def method_and_k(row: str) -> str:
+    """A table row's first two cells: "| n-gram | 4 | ..." -> "n-gram 4"."""
+    method, k = row.split(" | ")[:2]
+    return f"{method.removeprefix('| ')} {k}"
+
+
+def test_compare_marks_each_methods_best_k_and_the_fastest_row(tmp_path, capsys, tiny_models):
+    table = compared(tmp_path, capsys, "2", "4")
+    assert [method_and_k(row) for row in table] == ["plain –", "n-gram 2", "n-gram 4", "draft draft 2", "draft draft 4"]
     assert sum("★ fastest" in line for line in table) == 1
     for method in ("n-gram", "draft draft"):  # each method's best k is marked (or it is the fastest)
         assert sum(("best k" in line or "fastest" in line) for line in table if f"| {method} |" in line) == 1
@@ -353,18 +358,9 @@ def test_a_prompt_file_that_is_not_text_is_a_one_line_error(tmp_path, capsys, ti
 
 def test_compare_and_bench_report_auto_beside_the_fixed_rows(tmp_path, capsys, tiny_models, monkeypatch):
     monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache"))  # the step costs' one-off timing
-    prompt = tmp_path / "mine.txt"
-    prompt.write_text("\n".join(f"line {i % 7}" for i in range(60)))
-    options = "--model target --draft draft --device cpu --threads 1 --k 2 auto --max-new-tokens 6 --warmup 0"
-    assert main(["compare", *options.split(), "--prompt-file", str(prompt)]) == 0
-    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
-    assert [line.split(" | ")[0:2] for line in table] == [
-        ["| plain", "–"],
-        ["| n-gram", "2"],
-        ["| n-gram", "auto"],
-        ["| draft draft", "2"],
-        ["| draft draft", "auto"],
-        ["| auto: n-gram, draft draft", "auto"],
+    table = compared(tmp_path, capsys, "2", "auto")
+    assert [method_and_k(row) for row in table] == [
+        "plain –", "n-gram 2", "n-gram auto", "draft draft 2", "draft draft auto", "auto: n-gram, draft draft auto",
     ]
     results, _ = bench(tmp_path, capsys, "--model", "target", "--k", "2", "auto", "--greedy-only")
     rows = results["rows"]
@@ -378,7 +374,7 @@ def test_compare_and_bench_report_auto_beside_the_fixed_rows(tmp_path, capsys, t
 
 
 def test_k_auto_on_the_command_line(capsys):
-    from specchat.options import k_value
+    from specchat.arguments import k_value
 
     assert k_value("auto") == "auto" and k_value("AUTO") == "auto" and k_value("7") == 7
     with pytest.raises(SystemExit):

@@ -18,50 +18,42 @@ from specchat.widgets.transcript import ReplyView
 from tests.conftest import tiny_model
 from tests.pilot import (
     LetterTokenizer,
+    answer,
     ask,
     chat,
+    opened,
     pilot_test,
     recorded_notes,
     reply,
-    say,
     stepped,
     until,
 )
-from tests.scripted import WORDS, ScriptedSession
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
-    return tmp_path
+from tests.scripted import WORDS, ScriptedSession, scripted_app
 
 
 @pilot_test
-async def test_tab_moves_through_the_settings_fields_and_ctrl_q_quits_from_them():
-    app = make_app(ScriptedSession(), Settings(), save=False)
+async def test_tab_moves_through_the_settings_fields():
+    app = scripted_app()
     async with chat(app) as pilot:
-        await pilot.press("ctrl+s")
-        await pilot.pause()
+        await opened(pilot, "ctrl+s")
         assert app.screen.focused.id == "temperature"
         await pilot.press("tab")
         assert app.screen.focused.id == "top_k"
         await pilot.press("tab", "tab", "shift+tab")
         assert app.screen.focused.id == "top_p"
-        await pilot.press("ctrl+q")
-        await pilot.pause()
-    assert app.return_code == 0
 
 
+@pytest.mark.parametrize("screen_key", ["ctrl+s", "question_mark"])  # the settings, the help
 @pilot_test
-async def test_ctrl_q_quits_from_the_help_screen():
-    app = make_app(ScriptedSession(), Settings(), save=False)
+async def test_ctrl_q_quits_from_a_screen_over_the_chat(screen_key):
+    app = scripted_app()
     async with chat(app) as pilot:
-        await pilot.press("question_mark")
-        await pilot.pause()
+        await opened(pilot, screen_key)
         assert app.screen is not app.screen_stack[0]
         await pilot.press("ctrl+q")
         await pilot.pause()
         assert not app.is_running
+    assert app.return_code == 0
 
 
 @pilot_test
@@ -119,7 +111,7 @@ def test_the_chat_command_says_why_the_model_did_not_load_and_exits_with_status_
 async def test_a_draft_with_another_vocabulary_is_refused_at_load_and_the_chat_goes_on(monkeypatch):
     target, draft = tiny_model(vocab=64), tiny_model(vocab=80)
     target.tokenizer = draft.tokenizer = LetterTokenizer()
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", lambda *a, **kw: draft)
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", lambda *a, **kw: draft)
     session = ChatSession(Namespace(model="tiny", draft="other-vocab", dflash=None), model=target)
     app = make_app(session, Settings(proposer="draft", k=3, max_tokens=8), save=False)
     notes = recorded_notes(app)
@@ -129,21 +121,17 @@ async def test_a_draft_with_another_vocabulary_is_refused_at_load_and_the_chat_g
         assert "draft" not in session.proposer_names()  # not offered again
         await pilot.press("ctrl+p")  # off -> n-gram, skipping the refused draft
         assert app.proposer_name == "n-gram"
-        await say(pilot, "abcabc")
-        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        await ask(pilot, "abcabc")
         assert reply(app).status.startswith("length")
         assert [m["role"] for m in app.record.messages] == ["user", "assistant"]
 
 
 @pilot_test
 async def test_export_into_a_folder_writes_a_file_there(home):
-    app = make_app(ScriptedSession(), Settings(), save=False)
-    notes = recorded_notes(app)
+    app = scripted_app()
     async with chat(app) as pilot:
         await ask(pilot, "hello")
-        await say(pilot, f"/export {home}")
-        await pilot.pause()
-        assert notes[-1] == f"chat written to {home / app.record.id}.md"
+        assert await answer(pilot, f"/export {home}") == f"chat written to {home / app.record.id}.md"
         assert "".join(WORDS) in (home / f"{app.record.id}.md").read_text()
 
 
@@ -154,22 +142,18 @@ async def test_an_export_that_fails_names_the_file_asked_for_not_a_temporary_one
     def refuse(src, dst):
         raise PermissionError(13, "Permission denied", str(src))
 
-    app = make_app(ScriptedSession(), Settings(), save=False)
-    notes = recorded_notes(app)
-    async with chat(app) as pilot:
+    async with chat(scripted_app()) as pilot:
         await ask(pilot, "hello")
         monkeypatch.setattr(specchat.settings.os, "replace", refuse)
-        await say(pilot, f"/export {home}/chat.md")
-        await pilot.pause()
-        assert notes[-1] == f"cannot write the chat to {home}/chat.md: Permission denied"
+        said = await answer(pilot, f"/export {home}/chat.md")
+        assert said == f"cannot write the chat to {home}/chat.md: Permission denied"
 
 
 @pilot_test
 async def test_a_reply_is_saved_as_it_streams_marked_unfinished():
-    session = ScriptedSession(accepts=[1], stepwise=True)
-    app = make_app(session, Settings(proposer="n-gram", k=2), save=False)
+    app = scripted_app(Settings(proposer="n-gram", k=2), accepts=[1], stepwise=True)
     async with chat(app) as pilot:
-        await stepped(pilot, session, "first", 2)
+        await stepped(pilot, app.session, "first", 2)
 
         def saved_reply():
             messages = json.loads(app.record.path.read_text())["messages"]
@@ -209,9 +193,7 @@ async def test_resume_reopens_the_last_chat_and_goes_on_with_it():
 
 @pilot_test
 async def test_resume_with_no_saved_chat_says_so():
-    app = make_app(ScriptedSession(), Settings(), save=False)
-    notes = recorded_notes(app)
+    app = scripted_app()
     async with chat(app) as pilot:
-        await say(pilot, "/resume")
-        await pilot.pause()
-        assert notes[-1] == "no saved chat to reopen" and not app.query(ReplyView)
+        assert await answer(pilot, "/resume") == "no saved chat to reopen"
+        assert not app.query(ReplyView)

@@ -86,7 +86,7 @@ def test_the_chats_draft_model_honours_eager(tmp_path, monkeypatch):
         seen.update(kw)
         return tiny_model()
 
-    monkeypatch.setattr("engine.speculation.proposers.draft.load_model", fake_load)
+    monkeypatch.setattr("engine.speculation.proposers.draft.proposer.load_model", fake_load)
     args = Namespace(model="m", draft="some-draft", eager=True)
     session = ChatSession(args, model=tiny_model())
     session.proposer("draft", 4, progress=lambda text: None)

@@ -9,7 +9,7 @@ import torch
 
 from engine import DraftProposer, SamplingParams, generate
 from engine.runtime.sampling import DRAFT, accept_tokens, probabilities, sample
-from engine.speculation.proposers import draft as draft_module
+from engine.speculation.proposers.draft import proposer as draft_module
 from tests.conftest import tiny_model
 
 TRIALS = 100_000

@@ -12,12 +12,10 @@ from engine.errors import EngineError
 from engine.loading import packs
 from engine.loading.gguf_file import read_gguf
 from engine.loading.tokenizer import load_tokenizer
-from engine.network.config import ModelConfig
+from engine.network.config import DTYPES, ModelConfig
 from engine.network.decoder import Decoder
 from engine.runtime.kv_budget import default_context
 from engine.runtime.model import Model
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def default_device() -> str:
@@ -47,7 +45,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
         return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     if dtype not in DTYPES:
         raise EngineError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    return getattr(torch, dtype)
 
 
 def load_model(

@@ -82,6 +82,8 @@ class ModelConfig:
         return cls.from_hf(json.loads(Path(path).read_text()))
 
 
+DTYPES = ("float32", "bfloat16", "float16")  # what a model loads in, by torch's names
+
 # Shapes for step benchmarks with random weights (speed does not depend on the values).
 PRESETS = {
     "qwen3-4b": dict(

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.limits import MAX_K
+from engine.limits import AUTO, MAX_K
 from engine.speculation.acceptance import Acceptance
-from engine.speculation.proposers.base import AUTO, Proposer
+from engine.speculation.proposers.base import Proposer
 from engine.speculation.step_costs import CostTable, step_costs
 
 PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost

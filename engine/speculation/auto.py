@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from engine.errors import EngineError
-from engine.speculation.proposers.base import AUTO, Proposal, Proposer
+from engine.limits import AUTO
+from engine.speculation.proposers.base import Proposal, Proposer
 
 
 class AutoProposer(Proposer):

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.errors import EngineError
-from engine.limits import MAX_K
+from engine.limits import AUTO, MAX_K
 from engine.runtime.sampling import TOKEN, SamplingParams, accept_tokens
 from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.context_states import context_states
 from engine.speculation.inspection import Inspection, inspect_step
 from engine.speculation.metrics import Metrics
-from engine.speculation.proposers.base import AUTO, Proposal, Proposer
+from engine.speculation.proposers.base import Proposal, Proposer
 
 
 @dataclass

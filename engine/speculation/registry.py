@@ -1,8 +1,8 @@
 """The proposer registry: every proposer the engine has, found in engine/speculation/proposers/.
 
-A proposer module (or package) there that sets `SPEC` is registered when the registry is first
-read; `register` adds one from anywhere else (a plugin, a test). Front ends ask `proposer_specs()`
-what exists, `offered(sources)` what the user's options allow, and `load_proposer` for a
+A proposer package there whose `__init__` sets `SPEC` is registered when the registry is first
+read: its declaration alone, what drafts is imported when the proposer is loaded. `register` adds
+one from anywhere else (a plugin, a test). Front ends ask `proposer_specs()` what exists, `offered(sources)` what the user's options allow, and `load_proposer` for a
 `LoadedProposer` that makes proposers of any k.
 """
 
@@ -11,12 +11,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
+from engine.limits import check_k
 from engine.speculation import proposers
-from engine.speculation.proposers.base import Proposer, check_k
 from engine.speculation.proposers.spec import ProposerOptions, ProposerSpec
+
+if TYPE_CHECKING:
+    from engine.speculation.proposers.base import Proposer
 
 _specs: dict[str, ProposerSpec] = {}
 _found = False
@@ -36,6 +39,8 @@ def proposer_specs() -> list[ProposerSpec]:
     global _found
     if not _found:
         for module in pkgutil.iter_modules(proposers.__path__, proposers.__name__ + "."):
+            if not module.ispkg:
+                continue  # base.py, spec.py: what every proposer shares
             spec = getattr(importlib.import_module(module.name), "SPEC", None)
             if isinstance(spec, ProposerSpec):
                 _specs.setdefault(spec.name, spec)

@@ -28,7 +28,7 @@ from pathlib import Path
 from engine import EngineError, SamplingParams
 from specchat.bench.paced import PacedSession
 from specchat.feed import StepFeed
-from specchat.options import progress_line
+from specchat.progress import message_progress
 from specchat.session import ChatSession
 
 SCREEN = (160, 50)
@@ -130,13 +130,14 @@ def scripted_cases(args) -> list[Case]:
 
 def model_cases(args) -> list[Case]:
     session = ChatSession(args)
-    session.load(progress_line)
-    cases = [Case("plain", session, "off", 1)]
-    for name in session.proposer_names()[1:]:
-        for k in args.k:
-            session.proposer(name, k, progress_line)  # a draft model or drafter loads here, not timed
-            cases.append(Case(f"{name} k {k}", session, name, k))
-    print(file=sys.stderr)
+    cases = []
+    with message_progress() as progress:
+        session.load(progress)
+        cases.append(Case("plain", session, "off", 1))
+        for name in session.proposer_names()[1:]:
+            for k in args.k:
+                session.proposer(name, k, progress)  # a draft model or drafter loads here, not timed
+                cases.append(Case(f"{name} k {k}", session, name, k))
     return cases
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import shlex
@@ -18,104 +17,21 @@ from engine import (
     EngineError,
     SamplingParams,
     check_k,
-    load_model,
     load_proposer,
     offered,
 )
 from specchat.bench import report
 from specchat.bench.prompts import Prompt, load_prompts, prompt_from_file
 from specchat.bench.runs import Case, best_k, execute, methods, our_jobs, planned_runs
-from specchat.bench.steps import add_steps_arguments
-from specchat.options import (
-    BATCH_INVARIANT_HELP,
-    add_need_options,
-    add_target_options,
-    k_value,
-    progress_line,
-    proposer_options,
-    sources,
-)
+from specchat.options import load_target, proposer_options, sources
 from specchat.progress import message_progress, run_progress
 
-__all__ = ["add_bench_arguments", "add_compare_arguments", "add_steps_arguments", "bench", "compare"]
-
-DEFAULT_KS = [1, 2, 4, 7, 10, 15]
-COMPARE_KS = [2, 4, 8]
-
-
-def add_common_arguments(
-    p: argparse.ArgumentParser, ks: list[int], max_new_tokens: int, repeats: int
-) -> None:
-    p.add_argument(
-        "--model", default="smollm2-135m", help="target: pack name, HF directory, GGUF file or hub id"
-    )
-    add_need_options(p)
-    add_target_options(p)
-    p.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="CPU threads for torch (default: torch's choice; 1 keeps a busy machine's cores from stalling steps)",
-    )
-    p.add_argument("--max-tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=max_new_tokens,
-                   help="new tokens per run (as `run` takes it; --max-new-tokens is the same)")
-    p.add_argument("--k", type=k_value, nargs="+", default=ks, metavar="K",
-                   help="drafts per step to try; auto: chosen each step (and, with several proposers, "
-                   "a row where each step also chooses the proposer)")
-    p.add_argument("--repeats", type=int, default=repeats, help="timed runs per row (the median is kept)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
-
-
-def add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    add_common_arguments(p, DEFAULT_KS, 128, 3)
-    p.add_argument("--prompts", nargs="+", metavar="NAME", help="edit, explain (default both) or text files")
-    p.add_argument("--no-peers", action="store_true", help="skip transformers' generate")
-    p.add_argument("--peer-k", type=int, nargs="+", metavar="K",
-                   help="k values of transformers' rows (default: those of --k; its runs are slow)")
-    s = p.add_mutually_exclusive_group()
-    s.add_argument(
-        "--sampled",
-        dest="sampled",
-        action="store_true",
-        default=True,
-        help="greedy and sampled rows (the default)",
-    )
-    s.add_argument("--greedy-only", dest="sampled", action="store_false", help="greedy rows only")
-    p.add_argument("--temperature", type=float, default=0.7, help="of the sampled rows")
-    p.add_argument("--top-p", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="bench-results", metavar="DIR", help="where bench.json and bench.png go")
-    p.add_argument(
-        "--from-json",
-        nargs="+",
-        metavar="FILE",
-        help="no run: the tables and chart of earlier bench.json files (several: merged, e.g. one per prompt)",
-    )
-
-
-def add_compare_arguments(p: argparse.ArgumentParser) -> None:
-    add_common_arguments(p, COMPARE_KS, 128, 1)
-    given = p.add_mutually_exclusive_group(required=True)
-    given.add_argument("--prompt", help="the user message to compare on")
-    given.add_argument("--prompt-file", help="read the user message from a file")
-    p.add_argument("--raw", action="store_true", help="no chat template: the file is the text to continue")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-
+__all__ = ["bench", "compare"]
 
 def load_models(args):
     """The target and every proposer the options offer, loaded once (each makes its rows' proposers)."""
-    if args.max_context is not None and args.max_context < 32:
-        raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
     with message_progress() as progress:
-        target = load_model(
-            args.model, device=args.device, dtype=args.dtype, max_context=args.max_context, progress=progress,
-            batch_invariant=args.batch_invariant,
-        )
+        target = load_target(args, progress)
         options = proposer_options(args, progress)
         return target, [load_proposer(spec.name, target, options) for spec in offered(sources(args))]
 
@@ -208,10 +124,11 @@ def measure(args, argv: list[str] | None) -> dict:
     if not args.no_peers:
         from specchat.bench.peers import TransformersPeer  # loads transformers' models: only when asked
 
-        progress_line(f"loading {args.model} in transformers")
-        peer = TransformersPeer(
-            args.model, target.device, target.dtype, target.stop_ids(), args.draft, repeats=args.repeats
-        )
+        with message_progress() as progress:
+            progress(f"loading {args.model} in transformers")
+            peer = TransformersPeer(
+                args.model, target.device, target.dtype, target.stop_ids(), args.draft, repeats=args.repeats
+            )
     jobs = []
     for case in cases:  # ours and theirs side by side, so drift during the run hits both
         jobs += our_jobs(target, [case], method_list)

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import torch
 
-from engine import PRESETS, EngineError, load_model, preset, profile_steps, random_model
-
-
-def add_steps_arguments(p: argparse.ArgumentParser) -> None:
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--random", choices=sorted(PRESETS), help="random weights of this shape")
-    which.add_argument("--model", help="pack name, HF directory or GGUF file")
-    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 8192])
-    p.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 4, 8, 16])
-    p.add_argument("--repeats", type=int, default=50, help="timed steps per figure (the median is kept)")
-    p.add_argument("--no-transformers", action="store_true", help="skip transformers' forward")
-    p.add_argument("--no-eager", action="store_true", help="skip the eager step")
-    p.add_argument("--json", metavar="FILE", help="also write the figures here")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="time the steps that compute every row alike whatever the step's length")
+from engine import EngineError, load_model, preset, profile_steps, random_model
 
 
 def bench_steps(args) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from textual.binding import Binding
@@ -35,51 +36,45 @@ KEYS = (
 )
 
 
-def explanation() -> Content:
-    s = STYLES
-    return Content.assemble(
-        "Speculative decoding lets a cheap proposer guess the next few tokens and has the model check "
-        "all of those drafts in one step, keeping each one it would have written itself, so one step "
-        "can yield several tokens and the text is still the model's own.\n\n",
-        "Tokens styled ",
-        ("like this", s["accepted"]),
-        " are drafts the model accepted, ",
-        ("like this", s["bonus"]),
-        " the bonus token it adds when it accepted every draft of a step, ",
-        ("like this", s["correction"]),
-        " its correction where it refused a draft, and ",
-        ("like this", s["plain"]),
-        " plain decoding, one token per step with no drafts.\n\n",
-        "The teaching view (ctrl+t) shows each step's refused drafts ",
-        ("like this", s["refused"]),
-        " right after the correction, so you read what was guessed and what the model wanted instead.",
-    )
+STYLED = re.compile(r"\{(\w+):([^}]*)\}")  # {accepted:like this}: words in the style of that kind of token
+
+EXPLANATION = (
+    "Speculative decoding lets a cheap proposer guess the next few tokens and has the model check "
+    "all of those drafts in one step, keeping each one it would have written itself, so one step "
+    "can yield several tokens and the text is still the model's own.\n\n"
+    "Tokens styled {accepted:like this} are drafts the model accepted, {bonus:like this} the bonus token it "
+    "adds when it accepted every draft of a step, {correction:like this} its correction where it refused a "
+    "draft, and {plain:like this} plain decoding, one token per step with no drafts.\n\n"
+    "The teaching view (ctrl+t) shows each step's refused drafts {refused:like this} right after the "
+    "correction, so you read what was guessed and what the model wanted instead."
+)
+
+# One step, told against what is on the screen.
+HOW_IT_WORKS = (
+    "1. The proposer guesses k tokens (the drafts) from the text so far; cheap, and often right "
+    "in code that repeats itself.\n"
+    "2. The model runs once over the last token and all k drafts: one step computes its own choice "
+    "after every prefix, at about the cost of one plain step.\n"
+    "3. Drafts are kept while they equal the model's choice ({accepted:accepted}); at the first that does "
+    "not, the model's own token replaces it ({correction:correction}), and when all are kept the model adds "
+    "one more ({bonus:bonus}). With sampling, a draft is kept with chance min(1, p/q), which keeps the text "
+    "the model's own in distribution.\n"
+    "4. The refused drafts' cache entries are dropped, and the next step starts from the new last token.\n\n"
+    "See it: f4 opens the step inspector; put the cursor on a {correction:correction} to read the model's "
+    "probability of each draft, the top five it wanted instead, and what the step cost against a plain "
+    "step. ctrl+r races your last prompt through every proposer: the same text as plain decoding in every "
+    "column, at different speeds. The panel's tokens/step is step 3's average; its speedup is that gain "
+    "less what drafting and the longer verify step cost."
+)
 
 
-def how_it_works() -> Content:
-    """One step, told against what is on the screen."""
-    s = STYLES
-    return Content.assemble(
-        "1. The proposer guesses k tokens (the drafts) from the text so far; cheap, and often right "
-        "in code that repeats itself.\n",
-        "2. The model runs once over the last token and all k drafts: one step computes its own choice "
-        "after every prefix, at about the cost of one plain step.\n",
-        "3. Drafts are kept while they equal the model's choice (",
-        ("accepted", s["accepted"]),
-        "); at the first that does not, the model's own token replaces it (",
-        ("correction", s["correction"]),
-        "), and when all are kept the model adds one more (",
-        ("bonus", s["bonus"]),
-        "). With sampling, a draft is kept with chance min(1, p/q), which keeps the text the model's own "
-        "in distribution.\n",
-        "4. The refused drafts' cache entries are dropped, and the next step starts from the new last token.\n\n",
-        "See it: f4 opens the step inspector; put the cursor on a ",
-        ("correction", s["correction"]),
-        " to read the model's probability of each draft, the top five it wanted instead, and what the step "
-        "cost against a plain step. ctrl+r races your last prompt through every proposer: the same text "
-        "as plain decoding in every column, at different speeds. The panel's tokens/step is step 3's "
-        "average; its speedup is that gain less what drafting and the longer verify step cost.",
-    )
+def told(text: str) -> Content:
+    """Prose with its {kind:words} in the style of that kind of token, as replies show them."""
+    parts = STYLED.split(text)  # prose, kind, words, prose, kind, words, ..., prose
+    pieces: list[str | tuple[str, str]] = [parts[0]]
+    for kind, words, prose in zip(parts[1::3], parts[2::3], parts[3::3]):
+        pieces += [(words, STYLES[kind]), prose]
+    return Content.assemble(*pieces)
 
 
 def proposers() -> Content:
@@ -102,9 +97,9 @@ class HelpScreen(ModalScreen[None]):
     def compose(self):
         with VerticalScroll(id="help"):
             yield Static(Content.styled("What you are looking at", "bold"), classes="heading")
-            yield Static(explanation(), id="help-text")
+            yield Static(told(EXPLANATION), id="help-text")
             yield Static(Content.styled("How speculative decoding works", "bold"), classes="heading")
-            yield Static(how_it_works(), id="help-how")
+            yield Static(told(HOW_IT_WORKS), id="help-how")
             yield Static(Content.styled("Proposers", "bold"), classes="heading")
             yield Static(proposers(), id="help-proposers")
             yield Static(Content.styled("Keys", "bold"), classes="heading")

@@ -6,22 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.errors import EngineError
-from engine.limits import MAX_K
-
-AUTO = "auto"  # k chosen each step by the adaptive policy (engine/speculation/adaptive.py)
-
-
-def check_k(k: int | str, max_k: int = MAX_K, why: str = "") -> int | str:
-    """k itself, or one clear error: drafts per step are 1..max_k (a proposer's own limit, at most
-    MAX_K, for the reason `why`), or "auto"."""
-    if k == AUTO:
-        return k
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= max_k:
-        raise EngineError(
-            f"k must be a whole number from 1 to {max_k}{f' ({why})' if why else ''} or auto, got {k!r}"
-        )
-    return k
+from engine.limits import AUTO, MAX_K, check_k
 
 
 @dataclass

@@ -1,14 +1,18 @@
 """How a proposer declares itself to the registry: its name, what it needs and how it is built.
 
-Each proposer module (or package) in engine/speculation/proposers/ sets `SPEC = ProposerSpec(...)`;
-the registry finds it there, and every front end (run, the chat, compare, bench, the help screen)
-lists and builds proposers only through the registry. Building has two stages because the slow
-part (loading a draft model or a drafter) happens once, while a proposer per k is cheap:
+Each proposer package in engine/speculation/proposers/ sets `SPEC = ProposerSpec(...)` in its
+`__init__.py`; the registry finds it there, and every front end (run, the chat, compare, bench, the
+help screen) lists and builds proposers only through the registry. Building has two stages because
+the slow part (loading a draft model or a drafter) happens once, while a proposer per k is cheap:
 `load(target, options)` returns what the proposer drafts with, `make(loaded, k)` a proposer.
+
+A SPEC names its drafting code with `deferred` instead of importing it: listing proposers (the
+help, the command line's options) then reads the declarations alone and never loads torch.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,16 @@ class ProposerOptions:
     sample_drafts: bool = False
     eager: bool = False
     progress: Callable[[str], None] | None = None
+
+
+def deferred(module: str, name: str) -> Callable:
+    """The function `name` of `module`, imported on its first call."""
+
+    def call(*args):
+        return getattr(importlib.import_module(module), name)(*args)
+
+    call.__qualname__ = f"{module}.{name}"
+    return call
 
 
 def load_nothing(target, options: ProposerOptions) -> None:

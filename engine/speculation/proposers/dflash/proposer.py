@@ -13,11 +13,17 @@ the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import torch
 
 from engine.errors import EngineError
 from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.speculation.proposers.dflash import RANDOM
+from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
 from engine.speculation.proposers.dflash.network import DFlashDrafter
+from engine.speculation.proposers.spec import ProposerOptions
 
 
 class DFlashProposer(Proposer):
@@ -84,3 +90,18 @@ class DFlashProposer(Proposer):
 
     def describe(self) -> str:
         return f"dflash {self.drafter.name} k={self.k}"
+
+
+def load(target, options: ProposerOptions) -> DFlashDrafter:
+    source = options.sources["dflash"]
+    if source != RANDOM:
+        drafter = load_drafter(source, target)
+    else:
+        with tempfile.TemporaryDirectory(prefix="specchat-dflash-") as tmp:
+            drafter = load_drafter(str(write_random_drafter(Path(tmp) / "random-drafter", target)), target)
+    drafter.random = source == RANDOM
+    return drafter
+
+
+def make(drafter: DFlashDrafter, k: int) -> DFlashProposer:
+    return DFlashProposer(drafter, k=k)

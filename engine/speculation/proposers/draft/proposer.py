@@ -8,7 +8,7 @@ from engine.errors import EngineError
 from engine.loading.loader import load_model
 from engine.runtime.sampling import DRAFT, SamplingParams, probabilities
 from engine.speculation.proposers.base import DeviceProposal, Proposer
-from engine.speculation.proposers.spec import Need, ProposerOptions, ProposerSpec
+from engine.speculation.proposers.spec import ProposerOptions
 
 GREEDY = SamplingParams()
 # A chained draft step (a replay queued behind the one before, no host wait between them) against
@@ -118,13 +118,5 @@ def load_draft(target, options: ProposerOptions):
     return draft
 
 
-SPEC = ProposerSpec(
-    name="draft",
-    label="draft",
-    summary="a smaller model with the target's vocabulary decodes k drafts (k small decode steps)",
-    need=Need("draft", "MODEL", "draft model with the target's vocabulary", "no --draft model given"),
-    load=load_draft,
-    make=lambda draft, k: DraftProposer(draft, k=k, sample=draft.sample_drafts),
-    describe=lambda draft: f"draft {draft.name}",
-    order=20,
-)
+def make(draft, k: int) -> DraftProposer:
+    return DraftProposer(draft, k=k, sample=draft.sample_drafts)

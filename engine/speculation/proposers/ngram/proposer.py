@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from engine.speculation.proposers.base import Proposal, Proposer
-from engine.speculation.proposers.spec import ProposerSpec
 
 MAX_N = 3
 
@@ -60,10 +59,5 @@ class NgramProposer(Proposer):
         return Proposal(drafts)
 
 
-SPEC = ProposerSpec(
-    name="ngram",
-    label="n-gram",
-    summary="prompt lookup: what followed the last 1-3 tokens earlier in the context (free, on the host)",
-    make=lambda _, k: NgramProposer(k=k),
-    order=10,
-)
+def make(_, k: int) -> NgramProposer:
+    return NgramProposer(k=k)
