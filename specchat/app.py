@@ -306,7 +306,7 @@ class SpecChat(App):
         self.reply_id += 1
         self.gen = gen
         gen.inspect = self.inspecting
-        self.feed = StepFeed(self.reply_id)
+        self.feed = StepFeed(self.reply_id, self.session.detokenizer())
         self.start_frames()
         self.run_engine(gen, self.feed)
         self.refresh_bindings()  # esc can stop something now
