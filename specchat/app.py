@@ -40,7 +40,7 @@ WELCOME = (
     "ctrl+p switches the proposer, + and - change how many tokens it drafts, ? explains it all."
 )
 NARROW = 96  # below this many columns the panel hides until asked for
-PANEL_S = 1 / 15  # how often the panel's figures follow them
+PANEL_S = 1 / 4  # how often the panel's figures follow them: slower than the reply, whose frames matter more
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
@@ -306,7 +306,7 @@ class SpecChat(App):
         self.reply_id += 1
         self.gen = gen
         gen.inspect = self.inspecting
-        self.feed = StepFeed(self.reply_id)
+        self.feed = StepFeed(self.reply_id, self.session.detokenizer())
         self.start_frames()
         self.run_engine(gen, self.feed)
         self.refresh_bindings()  # esc can stop something now

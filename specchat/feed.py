@@ -1,8 +1,9 @@
-"""The road from the engine thread to the screen: steps already turned into styled text.
+"""The road from the engine thread to the screen: the engine's steps, turned into styled text per frame.
 
-The engine thread does everything per token (decoding text, naming each token's origin) and puts
-one `ShownStep` per step into the reply's `StepFeed`; it never waits for the app. The app takes
-all the steps since its last look, once per frame, so its work grows with frames, not with steps.
+The engine thread only appends each `Step` to the reply's `StepFeed`, so its host loop, which the
+device waits on, does no display work and never waits for the app. The app takes all the steps
+since its last look once per frame and only then decodes their text and names each token's
+origin (`ShownStep`): a frame's steps in one pass, off the engine's path.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from engine import Step
+from engine import Detokenizer, Step
 
 REFUSED_BREAK = "⏎"  # a refused line break, kept on one line so it does not reflow the reply
 
@@ -41,21 +42,27 @@ def shown_step(step: Step, texts: list[str], refused: str) -> ShownStep:
 
 
 class StepFeed:
-    """The steps of one reply that the screen has not shown yet.
+    """The steps of one reply that the screen has not shown yet, and the reply's detokenizer.
 
     `put` (engine thread) and `take` (app) may run at the same time: a deque's append and
     popleft are atomic, so neither side locks or waits for the other."""
 
-    def __init__(self, reply: int) -> None:
+    def __init__(self, reply: int, detokenizer: Detokenizer) -> None:
         self.reply = reply
-        self._steps: deque[ShownStep] = deque()
+        self.detokenizer = detokenizer
+        self._steps: deque[Step] = deque()
 
-    def put(self, shown: ShownStep) -> None:
-        self._steps.append(shown)
+    def put(self, step: Step) -> None:
+        self._steps.append(step)
 
     def take(self) -> list[ShownStep]:
-        """Every step put since the last take, in order."""
+        """Every step put since the last take, in order, with its text."""
         taken = []
         while self._steps:
-            taken.append(self._steps.popleft())
+            taken.append(self._shown(self._steps.popleft()))
         return taken
+
+    def _shown(self, step: Step) -> ShownStep:
+        detok = self.detokenizer
+        refused = detok.text(step.rejected) if step.kind == "correction" and step.rejected else ""
+        return shown_step(step, detok.add(step.tokens), refused)

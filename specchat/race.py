@@ -86,7 +86,7 @@ def run_race(session, ids: list[int], sampling: SamplingParams, entrants: list[t
             for step in gen:
                 if cancelled.is_set():
                     gen.cancel()
-                refused = session.decode(step.rejected) if step.kind == "correction" and step.rejected else ""
+                refused = detok.text(step.rejected) if step.kind == "correction" and step.rejected else ""
                 row.pieces += shown_step(step, detok.add(step.tokens), refused).pieces
                 row.finished = step.finished or row.finished
             row.tokens, row.metrics = list(gen.tokens), gen.metrics

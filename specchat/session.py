@@ -23,7 +23,7 @@ from engine import (
     offered,
     stream,
 )
-from specchat.feed import StepFeed, shown_step
+from specchat.feed import StepFeed
 from specchat.messages import ReplyDone
 from specchat.options import load_target, proposer_options, sources
 
@@ -145,13 +145,12 @@ class ChatSession:
         return Detokenizer.of(self.model)
 
     def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
-        """Run a reply to its end, putting each step's text into `feed`, then post ReplyDone."""
-        detok = self.detokenizer()
+        """Run a reply to its end, putting each step into `feed` (the app decodes their text
+        frame by frame), then post ReplyDone."""
         finished = "stop"
         try:
             for step in gen:
-                refused = self.decode(step.rejected) if step.kind == "correction" and step.rejected else ""
-                feed.put(shown_step(step, detok.add(step.tokens), refused))
+                feed.put(step)
                 finished = step.finished or finished
         except EngineError as err:
             post(ReplyDone(feed.reply, "error", str(err)))

@@ -7,7 +7,7 @@ from specchat.bench.paced import PacedSession
 from specchat.feed import token_kinds
 from specchat.frames import FramePacer
 from specchat.settings import Settings
-from specchat.widgets.transcript import STYLES
+from specchat.widgets.transcript import STYLES, styled
 from tests.pilot import ask, chat, pilot_test, reply
 
 
@@ -60,3 +60,13 @@ def test_frames_are_spaced_to_keep_the_app_to_its_share_of_the_time():
     pacer = FramePacer(share=0.25, fastest=1 / 60, cpu_clock=lambda: next(cpu))
     assert pacer.next_frame_s() == 1 / 60  # cheap frames: as often as a terminal shows them
     assert abs(pacer.next_frame_s() - 0.16) < 1e-9  # 40 ms of drawing: the next frame 160 ms on
+
+
+def test_a_run_of_tokens_of_one_origin_is_one_span_of_the_reply():
+    pieces = [(" a", "accepted"), (" b", "accepted"), (" c", "bonus"), (" d", "accepted"), (" x", "refused"),
+              (" e", "correction"), (" f", "plain"), (" g", "plain")]
+    content = styled(pieces, teaching=False)
+    assert content.plain == " a b c d e f g"  # refused drafts only in the teaching view
+    assert [content.plain[s.start : s.end] for s in content.spans] == [" a b", " c", " d", " e"]  # plain: no style
+    teaching = styled(pieces, teaching=True)
+    assert [teaching.plain[s.start : s.end] for s in teaching.spans][-2:] == [" x", " e"]

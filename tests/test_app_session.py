@@ -15,7 +15,7 @@ from tests.scripted import WORDS, ScriptedSession
 def test_a_reply_runs_into_its_feed_step_by_step_then_posts_reply_done():
     session = ScriptedSession(accepts=[2])
     session.load(print)
-    feed, posted = StepFeed(7), []
+    feed, posted = StepFeed(7, session.detokenizer()), []
     session.run_reply(session.stream([1], None, NgramProposer(k=3)), feed, posted.append)
     steps = feed.take()
     assert posted == [ReplyDone(7, "stop")]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.loading.token_bytes import ByteDetokenizer, token_bytes
+
 
 def load_tokenizer(path: Path, **kw):
     """The tokenizer saved in `path` (kw: e.g. gguf_file=NAME), or None when there is none."""
@@ -30,6 +32,7 @@ class Detokenizer:
         skip: set[int] = frozenset(),
         decode_batch: Callable[[list[list[int]]], list[str]] | None = None,
     ):
+        self.decode = decode
         self.decode_batch = decode_batch or (lambda windows: [decode(ids) for ids in windows])
         self.skip = skip  # stop tokens: they end the reply, they show no text
         self.ids: list[int] = []
@@ -37,11 +40,19 @@ class Detokenizer:
         self.read = 0  # tokens before this are already shown
 
     @classmethod
-    def of(cls, model) -> Detokenizer:
-        """The streaming detokenizer of a model's replies: its tokenizer (in one batch per step
-        where the tokenizer decodes batches), its stop tokens showing no text."""
+    def of(cls, model) -> Detokenizer | ByteDetokenizer:
+        """The streaming detokenizer of a model's replies, its stop tokens showing no text: a
+        lookup per token for a byte-level tokenizer, else its tokenizer (in one batch per step
+        where the tokenizer decodes batches)."""
         tokenizer = model.tokenizer
+        table = token_bytes(tokenizer)
+        if table is not None:
+            return ByteDetokenizer(table, set(model.stop_ids()))
         return cls(tokenizer.decode, set(model.stop_ids()), getattr(tokenizer, "batch_decode", None))
+
+    def text(self, ids: list[int]) -> str:
+        """The text of `ids` on their own (the refused drafts of a step)."""
+        return self.decode(list(ids))
 
     def add(self, tokens: list[int]) -> list[str]:
         """The text of each of `tokens` ("" for a stop token or an incomplete character)."""

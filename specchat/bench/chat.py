@@ -66,7 +66,7 @@ def run_alone(case: Case, text: str, sampling: SamplingParams) -> None:
     session = case.session
     ids = session.prompt_ids([{"role": "user", "content": text}], "")
     gen = session.stream(ids, sampling, session.proposer(case.proposer, case.k))
-    worker = threading.Thread(target=session.run_reply, args=(gen, StepFeed(0), lambda message: None))
+    worker = threading.Thread(target=session.run_reply, args=(gen, StepFeed(0, session.detokenizer()), lambda message: None))
     began = time.perf_counter()
     worker.start()
     worker.join()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
@@ -26,7 +28,10 @@ class UserMessage(Static):
 
 
 def styled(pieces: list[tuple[str, str]], teaching: bool) -> Content:
-    return Content.assemble(*((t, STYLES[k]) for t, k in pieces if teaching or k != "refused"))
+    """The pieces in their origins' styles, a run of pieces of one origin as one span: a frame
+    re-wraps a block of a few spans (a span per step or so) instead of one per token."""
+    shown = (piece for piece in pieces if teaching or piece[1] != "refused")
+    return Content.assemble(*(("".join(t for t, _ in run), STYLES[k]) for k, run in groupby(shown, key=itemgetter(1))))
 
 
 def inspectable(pieces: list[tuple[str, str]], indices: list[int], teaching: bool, cursor: int | None) -> Content:
