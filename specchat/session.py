@@ -26,6 +26,7 @@ from engine import (
 from specchat.feed import StepFeed, shown_step
 from specchat.messages import ReplyDone
 from specchat.options import load_target, proposer_options, sources
+from specchat.refused import RefusedAtWordEnd
 
 Post = Callable[[object], object]
 
@@ -138,20 +139,27 @@ class ChatSession:
     def stream(self, ids: list[int], sampling: SamplingParams, proposer: Proposer | None) -> Generation:
         return stream(self.model, ids, sampling, stop_ids=self.model.stop_ids(), speculative=proposer)
 
-    def decode(self, ids: list[int]) -> str:
-        return self.model.tokenizer.decode(ids)
+    def decode(self, ids: list[int], specials: bool = True) -> str:
+        """The text of `ids`; `specials`: special tokens (`<|im_end|>`) written out too."""
+        return self.model.tokenizer.decode(ids, skip_special_tokens=not specials)
+
+    def refused_text(self, step) -> str:
+        """The text of a correction step's refused drafts, special tokens left out (a draft of the
+        end of a turn is refused as nothing, not as `<|im_end|>`); "" for any other step."""
+        return self.decode(step.rejected, specials=False) if step.kind == "correction" and step.rejected else ""
 
     def detokenizer(self) -> Detokenizer:
         return Detokenizer.of(self.model)
 
     def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
         """Run a reply to its end, putting each step's text into `feed`, then post ReplyDone."""
-        detok = self.detokenizer()
+        detok, refused = self.detokenizer(), RefusedAtWordEnd()
         finished = "stop"
         try:
             for step in gen:
-                refused = self.decode(step.rejected) if step.kind == "correction" and step.rejected else ""
-                feed.put(shown_step(step, detok.add(step.tokens), refused))
+                shown = shown_step(step, detok.add(step.tokens), self.refused_text(step))
+                shown.pieces = refused.place(shown.pieces, final=bool(step.finished))
+                feed.put(shown)
                 finished = step.finished or finished
         except EngineError as err:
             post(ReplyDone(feed.reply, "error", str(err)))

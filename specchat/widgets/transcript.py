@@ -13,7 +13,7 @@ from textual.widgets import Label, LoadingIndicator, Static
 STYLES = {
     "accepted": "$text-success underline",  # a draft the model agreed with
     "bonus": "$text-primary bold",  # the model's own token after every draft of a step was kept
-    "correction": "$text-warning reverse",  # the model's token where it refused a draft
+    "correction": "$text-warning italic",  # the model's token where it refused a draft: quiet, read often
     "plain": "",  # decoded one token per step, no drafts
     "refused": "$text-error dim strike",  # drafts refused at a correction (teaching view only)
 }
