@@ -88,7 +88,7 @@ def run_race(session, ids: list[int], sampling: SamplingParams, entrants: list[t
                 if cancelled.is_set():
                     gen.cancel()
                 shown = shown_step(step, detok.add(step.tokens), session.refused_text(step))
-                row.pieces += refused.place(shown.pieces, final=bool(step.finished))
+                row.pieces += refused.place(shown, final=bool(step.finished)).pieces
                 row.finished = step.finished or row.finished
             row.tokens, row.metrics = list(gen.tokens), gen.metrics
         except EngineError as err:

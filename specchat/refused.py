@@ -1,7 +1,13 @@
 """Where the teaching view puts a step's refused drafts: at the end of the word the correction is
-in, so struck-through guesses never cut a word of the reply in two ("qu~~ack~~ick")."""
+in, so struck-through guesses never cut a word of the reply in two ("qu~~ack~~ick").
+
+Whether a word ends after a correction is known only from the text that follows, so the guesses
+are held (the step's tokens show at once) and come with the first piece that begins a new word,
+in whichever step that is. Each piece keeps the step it came from, for the step inspector."""
 
 from __future__ import annotations
+
+from specchat.feed import ShownStep
 
 Pieces = list[tuple[str, str]]
 
@@ -16,27 +22,29 @@ def is_word(char: str) -> bool:
 
 
 class RefusedAtWordEnd:
-    """Holds refused drafts back while the reply is inside a word; one per reply, fed every step's
-    pieces in order (feed.shown_step's: the step's tokens, then its refused drafts)."""
+    """One per reply, fed every step in order (feed.shown_step's: its tokens, then its guesses)."""
 
     def __init__(self) -> None:
-        self.held: Pieces = []
-        self.last = ""  # the reply's text so far, its last piece
+        self.held: list[tuple[tuple[str, str], object]] = []  # guesses waiting for a word's end, with their step
+        self.last = ""  # the reply's last piece of text so far
 
-    def place(self, pieces: Pieces, final: bool = False) -> Pieces:
-        """The pieces with refused drafts moved to the next word end; `final`: the reply's last step,
-        whatever is still held goes at its end."""
-        placed: Pieces = []
-        for text, kind in pieces:
+    def place(self, shown: ShownStep, final: bool = False) -> ShownStep:
+        """`shown` with the guesses held so far, and its own, at word ends (`origins` set where a
+        piece came from an earlier step); `final`: the reply's last step, nothing stays held."""
+        placed: list[tuple[tuple[str, str], object]] = []
+        for text, kind in shown.pieces:
             if kind == "refused":
-                self.held.append((text, kind))
+                self.held.append(((text, kind), shown.step))
                 continue
             if self.held and not joins(self.last, text):
                 placed += self.held
                 self.held = []
-            placed.append((text, kind))
+            placed.append(((text, kind), shown.step))
             self.last = text
-        if self.held and (final or (self.last and not is_word(self.last[-1]))):
+        if self.held and (final or not is_word(self.last[-1:] or " ")):
             placed += self.held
             self.held = []
-        return placed
+        shown.pieces = [piece for piece, _ in placed]
+        if any(step is not shown.step for _, step in placed):
+            shown.origins = [step for _, step in placed]
+        return shown

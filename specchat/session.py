@@ -153,13 +153,12 @@ class ChatSession:
 
     def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
         """Run a reply to its end, putting each step's text into `feed`, then post ReplyDone."""
-        detok, refused = self.detokenizer(), RefusedAtWordEnd()
+        detok, words = self.detokenizer(), RefusedAtWordEnd()
         finished = "stop"
         try:
             for step in gen:
                 shown = shown_step(step, detok.add(step.tokens), self.refused_text(step))
-                shown.pieces = refused.place(shown.pieces, final=bool(step.finished))
-                feed.put(shown)
+                feed.put(words.place(shown, final=bool(step.finished)))
                 finished = step.finished or finished
         except EngineError as err:
             post(ReplyDone(feed.reply, "error", str(err)))

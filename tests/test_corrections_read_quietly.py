@@ -9,6 +9,7 @@ import pytest
 
 from engine import Step, load_model
 from specchat.app import make_app
+from specchat.feed import ShownStep
 from specchat.refused import RefusedAtWordEnd, joins
 from specchat.session import ChatSession
 from specchat.settings import Settings
@@ -48,20 +49,24 @@ async def test_the_legend_shows_each_origin_in_the_style_the_reply_gives_it():
             assert all(span.style == STYLES[origin] for span in entry.spans)
 
 
-def test_a_refused_guess_inside_a_word_waits_for_the_word_to_end():
-    refused = RefusedAtWordEnd()
-    assert refused.place([(" qu", "correction"), (GUESS, "refused")]) == [(" qu", "correction")]
-    assert refused.place([("ick", "accepted"), (" brown", "bonus")]) == [
-        ("ick", "accepted"), (GUESS, "refused"), (" brown", "bonus")
-    ]
+def shown(*pieces: tuple[str, str]) -> ShownStep:
+    return ShownStep(step=object(), pieces=list(pieces))
 
 
-def test_a_refused_guess_after_a_word_end_shows_at_once_and_the_last_step_lets_go_of_any_held():
-    refused = RefusedAtWordEnd()
-    assert refused.place([("fox.", "correction"), (GUESS, "refused")]) == [("fox.", "correction"), (GUESS, "refused")]
-    assert refused.place([(" ju", "correction"), (GUESS, "refused")], final=True) == [
-        (" ju", "correction"), (GUESS, "refused")
-    ]
+def test_a_guess_refused_inside_a_word_moves_to_where_the_word_ends_and_keeps_its_step():
+    words = RefusedAtWordEnd()
+    first, second = shown((" qu", "correction"), (GUESS, "refused")), shown(("ick", "accepted"), (" brown", "bonus"))
+    assert words.place(first).pieces == [(" qu", "correction")]  # whether " qu" ends a word, what follows tells
+    assert words.place(second).pieces == [("ick", "accepted"), (GUESS, "refused"), (" brown", "bonus")]
+    assert second.origins == [second.step, first.step, second.step]
+
+
+def test_a_guess_after_a_word_end_shows_at_once_and_the_last_step_keeps_nothing_back():
+    words = RefusedAtWordEnd()
+    done = shown(("fox.", "correction"), (GUESS, "refused"))
+    assert words.place(done).pieces == [("fox.", "correction"), (GUESS, "refused")] and done.origins is None
+    last = shown((" ju", "correction"), (GUESS, "refused"))
+    assert words.place(last, final=True).pieces == [(" ju", "correction"), (GUESS, "refused")]
 
 
 class SyllableSession(ScriptedSession):
@@ -85,8 +90,9 @@ async def test_in_the_teaching_view_no_refused_guess_splits_a_word_of_the_reply(
             before = "".join(text for text, kind in pieces[:i] if kind != "refused")
             after = "".join(text for text, kind in pieces[i + 1 :] if kind != "refused")
             assert not joins(before, after), f"a guess cuts {before[-6:]!r}|{after[:6]!r}"
-        corrections = {id(s) for s in reply(app).steps if s.kind == "correction" and s.rejected}
+        corrections = [s for s in app.stats.history if s.kind == "correction" and s.rejected]
         assert len(spots) == len(corrections)  # no guess lost, the one at the end of the reply included
+        assert [reply(app).steps[i] for i in spots] == corrections  # each shown with the step it came from
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,7 @@ class ReplyView(Vertical):
     def add_steps(self, shown: list) -> None:
         """Append the pieces of ShownSteps (feed.py), remembering each piece's step."""
         for s in shown:
-            self.steps += [s.step] * len(s.pieces)
+            self.steps += s.origins or [s.step] * len(s.pieces)
         self.add([piece for s in shown for piece in s.pieces])
 
     def set_cursor(self, inspecting: bool, cursor: int | None) -> None:
