@@ -93,9 +93,9 @@ class ChatSession:
             return
         progress("compiling kernels and capturing CUDA graphs (once per start)")
         if proposer is None:
-            self.model.warm_up(self.sampling)
+            self.model.warm_up(self.sampling, progress=progress)
         else:
-            proposer.warm_up(self.model, self.sampling)
+            proposer.warm_up(self.model, self.sampling, progress)
 
     def proposer_names(self) -> list[str]:
         """The proposers this chat can offer, in the order a key cycles through them: those that

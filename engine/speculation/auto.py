@@ -48,9 +48,9 @@ class AutoProposer(Proposer):
         for p in self._members:
             p.prime(context)
 
-    def warm_up(self, target, sampling) -> None:
+    def warm_up(self, target, sampling, progress=None) -> None:
         for p in self._members:
-            p.warm_up(target, sampling)
+            p.warm_up(target, sampling, progress)
 
     def propose(self, context: list[int], k: int) -> Proposal:
         raise EngineError("proposer auto drafts through the generation's choice of a member each step")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Label, LoadingIndicator, Static
+from textual.widgets import Static
 
 # One style per origin of a token: a theme colour, and a cue that survives without colour.
 STYLES = {
@@ -141,17 +141,6 @@ class ReplyView(Vertical):
         if self.status:
             parts.append(Content.styled(("\n" if self.pieces else "") + self.status, "$text-muted italic"))
         return Content.assemble(*parts)
-
-
-class Loading(Horizontal):
-    """A spinner and the loader's latest progress line."""
-
-    def compose(self):
-        yield LoadingIndicator()
-        yield Label("loading the model…", id="loading-text")
-
-    def say(self, text: str) -> None:
-        self.query_one("#loading-text", Label).update(text)
 
 
 class Transcript(VerticalScroll):
