@@ -30,11 +30,11 @@ from specchat.widgets.help import HelpScreen
 from specchat.widgets.inspector import StepInspector
 from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
+from specchat.widgets.loading import Loading
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
 from specchat.widgets.race_screen import RaceScreen
 from specchat.widgets.settings_screen import SettingsScreen
-from specchat.widgets.loading import Loading
 from specchat.widgets.transcript import ReplyView, TokenPicked, Transcript
 
 WELCOME = (

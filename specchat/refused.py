@@ -25,7 +25,8 @@ class RefusedAtWordEnd:
     """One per reply, fed every step in order (feed.shown_step's: its tokens, then its guesses)."""
 
     def __init__(self) -> None:
-        self.held: list[tuple[tuple[str, str], object]] = []  # guesses waiting for a word's end, with their step
+        # guesses waiting for a word's end, each with its step
+        self.held: list[tuple[tuple[str, str], object]] = []
         self.last = ""  # the reply's last piece of text so far
 
     def place(self, shown: ShownStep, final: bool = False) -> ShownStep:

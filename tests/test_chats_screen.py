@@ -19,8 +19,12 @@ def saved_chat(id_: str, model: str, *said: str) -> ChatRecord:
     messages = []
     for text in said:
         messages += [{"role": "user", "content": text}, {"role": "assistant", "content": f"re: {text}"}]
-    record = ChatRecord(model, messages=messages, started=f"{id_[:4]}-{id_[4:6]}-{id_[6:8]} 10:00:00",
-                        id=f"{id_}-100000-abcdef")
+    record = ChatRecord(
+        model,
+        messages=messages,
+        started=f"{id_[:4]}-{id_[4:6]}-{id_[6:8]} 10:00:00",
+        id=f"{id_}-100000-abcdef",
+    )
     record.save()
     return record
 
@@ -32,7 +36,9 @@ def listed(app) -> list[str]:
 
 @pilot_test
 async def test_the_chats_screen_lists_saved_chats_latest_first_and_reopens_the_one_picked():
-    older = saved_chat("20300101", "smollm2-135m · cpu", "Rename the class throughout this file please now", "thanks")
+    older = saved_chat(
+        "20300101", "smollm2-135m · cpu", "Rename the class throughout this file please now", "thanks"
+    )
     saved_chat("20300202", "qwen2.5-coder-1.5b · cuda", "Explain the code")
     app = make_app(ScriptedSession(), Settings(), save=False)
     async with chat(app) as pilot:
@@ -46,10 +52,14 @@ async def test_the_chats_screen_lists_saved_chats_latest_first_and_reopens_the_o
         await pilot.press("down", "enter")
         await until(pilot, lambda: not isinstance(app.screen, ChatsScreen), "the screen to close")
         assert app.record.id == older.id
-        assert [m.content.plain for m in app.query(UserMessage)] == ["Rename the class throughout this file please now",
-                                                                     "thanks"]
-        assert [r.text for r in app.query(ReplyView)] == ["re: Rename the class throughout this file please now",
-                                                          "re: thanks"]
+        assert [m.content.plain for m in app.query(UserMessage)] == [
+            "Rename the class throughout this file please now",
+            "thanks",
+        ]
+        assert [r.text for r in app.query(ReplyView)] == [
+            "re: Rename the class throughout this file please now",
+            "re: thanks",
+        ]
 
 
 @pilot_test

@@ -16,12 +16,33 @@ from specchat.settings import Settings
 from specchat.widgets.legend import ENTRIES, Legend
 from specchat.widgets.transcript import STYLES
 from tests.pilot import ask, chat, pilot_test, reply
-from tests.scripted import EOS, REFUSED, WORDS, ScriptedSession
+from tests.scripted import REFUSED, WORDS, ScriptedSession
 
 ORIGINS = ("accepted", "bonus", "correction")
 # Words cut into syllables, so that corrections fall inside words, and a guess that is one too.
-SYLLABLES = ("Th", "e", " qu", "ick", " br", "own", " f", "ox", " jum", "ps", " ov", "er", " th", "e", " la", "zy",
-             " d", "og", " a", "nd", ".")
+SYLLABLES = (
+    "Th",
+    "e",
+    " qu",
+    "ick",
+    " br",
+    "own",
+    " f",
+    "ox",
+    " jum",
+    "ps",
+    " ov",
+    "er",
+    " th",
+    "e",
+    " la",
+    "zy",
+    " d",
+    "og",
+    " a",
+    "nd",
+    ".",
+)
 GUESS = "ack"
 
 
@@ -55,8 +76,12 @@ def shown(*pieces: tuple[str, str]) -> ShownStep:
 
 def test_a_guess_refused_inside_a_word_moves_to_where_the_word_ends_and_keeps_its_step():
     words = RefusedAtWordEnd()
-    first, second = shown((" qu", "correction"), (GUESS, "refused")), shown(("ick", "accepted"), (" brown", "bonus"))
-    assert words.place(first).pieces == [(" qu", "correction")]  # whether " qu" ends a word, what follows tells
+    first, second = (
+        shown((" qu", "correction"), (GUESS, "refused")),
+        shown(("ick", "accepted"), (" brown", "bonus")),
+    )
+    # whether " qu" ends a word, what follows tells
+    assert words.place(first).pieces == [(" qu", "correction")]
     assert words.place(second).pieces == [("ick", "accepted"), (GUESS, "refused"), (" brown", "bonus")]
     assert second.origins == [second.step, first.step, second.step]
 
@@ -103,7 +128,10 @@ def tiny_chat_model(gguf):
 def test_a_refused_end_of_turn_is_not_written_out_as_a_special_token(tiny_chat_model):
     session = ChatSession(Namespace(model="tiny"), model=tiny_chat_model)
     tokenizer = tiny_chat_model.tokenizer
-    end, word = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.encode("hi", add_special_tokens=False)[0]
+    end, word = (
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        tokenizer.encode("hi", add_special_tokens=False)[0],
+    )
     step = Step([word, word], [word, end, word], 1, "correction", 3, "n-gram", 0.0, 0.0, 5)
     assert "<|im_end|>" in session.decode([end])  # the tokenizer does write it out when asked
     assert "<|im_end|>" not in session.refused_text(step)

@@ -55,7 +55,7 @@ async def test_the_loading_screen_fills_a_bar_as_the_warm_up_captures_graphs():
 class CapturingModel:
     """Stands for a model on a GPU: its warm-up captures three graphs and says so."""
 
-    graphs = {}
+    graphs = True  # not None: there are graphs to capture
 
     def warm_up(self, sampling, progress=None):
         for done in range(1, 4):

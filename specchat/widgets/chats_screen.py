@@ -28,10 +28,17 @@ def first_words(record: ChatRecord) -> str:
 def chat_line(record: ChatRecord) -> Content:
     """When, on what model, how long, and how it began."""
     turns = sum(1 for m in record.messages if m["role"] == "user")
-    length = f"{turns} message{'s' if turns != 1 else ''}" + (f", {len(record.unsent)} unsent" if record.unsent else "")
+    length = f"{turns} message{'s' if turns != 1 else ''}" + (
+        f", {len(record.unsent)} unsent" if record.unsent else ""
+    )
     return Content.assemble(
-        (record.started[:16], "$text-accent"), "  ", (record.model, "$text-muted"), "  ", (length, "$text-muted"),
-        "  ", first_words(record),
+        (record.started[:16], "$text-accent"),
+        "  ",
+        (record.model, "$text-muted"),
+        "  ",
+        (length, "$text-muted"),
+        "  ",
+        first_words(record),
     )
 
 
