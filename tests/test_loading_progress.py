@@ -49,7 +49,7 @@ async def test_the_loading_screen_fills_a_bar_as_the_warm_up_captures_graphs():
         assert str(app.query_one("#loading-text").render()) == f"capturing CUDA graphs 2/{GRAPHS}"
         session.captured.release(GRAPHS - 2)
         await ready(pilot)
-        assert not app.query(Loading)  # gone once the model is ready
+        await until(pilot, lambda: not app.query(Loading), "the loading screen to go once the model is ready")
 
 
 class CapturingModel:
