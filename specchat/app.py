@@ -25,15 +25,17 @@ from specchat.race import export_race, run_race
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings, data_dir
 from specchat.stats_file import write_stats
+from specchat.widgets.chats_screen import ChatsScreen
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.inspector import StepInspector
 from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
+from specchat.widgets.loading import Loading
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
 from specchat.widgets.race_screen import RaceScreen
 from specchat.widgets.settings_screen import SettingsScreen
-from specchat.widgets.transcript import Loading, ReplyView, TokenPicked, Transcript
+from specchat.widgets.transcript import ReplyView, TokenPicked, Transcript
 
 WELCOME = (
     "Ask anything. Each token of a reply shows where it came from (see the legend below): "
@@ -44,7 +46,7 @@ PANEL_S = 1 / 4  # how often the panel's figures follow them: slower than the re
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
-                "copy_reply", "copy_code", "inspector", "move_cursor", "race"}
+                "copy_reply", "copy_code", "inspector", "move_cursor", "race", "chats"}
 
 
 class SpecChat(App):
@@ -64,6 +66,7 @@ class SpecChat(App):
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
+        Binding("ctrl+o", "chats", "chats", priority=True),
         Binding("f2", "copy_reply", "copy"),
         Binding("f3", "copy_code", "copy code"),
         Binding("f4", "inspector", "inspect", priority=True),
@@ -141,7 +144,12 @@ class SpecChat(App):
     def on_unmount(self) -> None:
         # Quitting mid-reply: the engine thread ends at its next step; what was written is kept.
         self.action_stop()
+        # Messages still queued behind it are kept with the chat, marked unsent: reopening the chat
+        # puts them back in the box (sending them by themselves after quit would surprise more).
+        self.record.unsent, self.queued = self.queued, []
         self.end_reply("cancelled")
+        if self.record.unsent:
+            self.save_record()
 
     def on_resize(self) -> None:
         self.fold_panel()
@@ -462,6 +470,8 @@ class SpecChat(App):
             self.action_new_chat()
         elif name == "/resume":
             self.resume_last()
+        elif name == "/chats":
+            self.action_chats()
         elif name == "/system":
             self.settings.system = self.record.system = rest
             self.save_settings()
@@ -476,7 +486,7 @@ class SpecChat(App):
             self.action_help()
         else:
             self.notify(
-                f"unknown command {text!r}: /export [FILE], /stats [FILE], /compare, /new, /resume, /system TEXT, /k N, "
+                f"unknown command {text!r}: /export [FILE], /stats [FILE], /compare, /new, /resume, /chats, /system TEXT, /k N, "
                 f"/proposer {'|'.join(self.session.proposer_names())}, /help",
                 severity="warning",
             )
@@ -618,16 +628,24 @@ class SpecChat(App):
 
     def resume_last(self) -> None:
         """Reopen the chat saved last (not this one), to read and to go on with."""
-        if self.gen is not None:
-            self.notify("a reply is being written: stop it (esc) before reopening a chat", severity="warning")
-            return
         last = ChatRecord.latest(skip=self.record.id)
         if last is None:
             self.notify("no saved chat to reopen", severity="warning")
             return
+        self.reopen(last)
+
+    def action_chats(self) -> None:
+        """Browse the saved chats; the one picked is reopened."""
+        self.push_screen(ChatsScreen(skip=self.record.id), lambda record: record and self.reopen(record))
+
+    def reopen(self, record: ChatRecord) -> None:
+        """Show a saved chat in place of this one, to read and to go on with."""
+        if self.gen is not None:
+            self.notify("a reply is being written: stop it (esc) before reopening a chat", severity="warning")
+            return
         self.action_new_chat()
-        self.record = last
-        for m in last.messages:
+        self.record = record
+        for m in record.messages:
             if m["role"] == "user":
                 self.chat.add_user(m["content"])
                 continue
@@ -636,7 +654,11 @@ class SpecChat(App):
             reply.add([(m["content"], "plain")])
             status = m.get("finished", "")
             reply.finish(" · ".join(x for x in ("stopped" if status == "cancelled" else status, m.get("stats")) if x))
-        self.chat.add_note(f"reopened the chat of {last.started}")
+        self.chat.add_note(f"reopened the chat of {record.started}")
+        if record.unsent:  # queued when the chat closed: back in the box, to send or to clear
+            self.prompt.value, record.unsent = "\n".join(record.unsent), []
+            self.chat.add_note("the messages not sent before the chat closed are back in the box")
+            self.save_record()
 
 
 def seen_summary(stats: Stats) -> str:
@@ -702,4 +724,7 @@ def main(args) -> int:
     app.run()
     if app.load_error:
         print(f"specchat: cannot load the model: {app.load_error}", file=sys.stderr)
+    if app.record.unsent:
+        print(f"specchat: {len(app.record.unsent)} queued message(s) not sent, kept with the chat: "
+              "specchat --resume puts them back in the box", file=sys.stderr)
     return app.return_code or 0

@@ -42,9 +42,9 @@ def run(args) -> int:
     if model.graphs is not None:  # compile and capture before the clock starts, as the chat does at load
         with message_progress() as progress:
             progress("compiling kernels and capturing CUDA graphs")
-            model.warm_up(sampling)
+            model.warm_up(sampling, progress=progress)
             if proposer is not None:
-                proposer.warm_up(model, sampling)
+                proposer.warm_up(model, sampling, progress)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
     detok = Detokenizer.of(model)
     started = time.perf_counter()

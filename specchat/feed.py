@@ -30,6 +30,8 @@ class ShownStep:
 
     step: Step
     pieces: list[tuple[str, str]]  # (text, origin) per token with text, then the refused drafts
+    origins: list[Step] | None = None  # each piece's step, where a refused draft waited for a word's end
+    origins: list[Step] | None = None  # each piece's step, where a refused draft waited for a word's end
 
 
 def shown_step(step: Step, texts: list[str], refused: str) -> ShownStep:
@@ -48,8 +50,11 @@ class StepFeed:
     popleft are atomic, so neither side locks or waits for the other."""
 
     def __init__(self, reply: int, detokenizer: Detokenizer) -> None:
+        from specchat.refused import RefusedAtWordEnd  # it places ShownSteps: defined here
+
         self.reply = reply
         self.detokenizer = detokenizer
+        self.words = RefusedAtWordEnd()
         self._steps: deque[Step] = deque()
 
     def put(self, step: Step) -> None:
@@ -65,4 +70,4 @@ class StepFeed:
     def _shown(self, step: Step) -> ShownStep:
         detok = self.detokenizer
         refused = detok.text(step.rejected) if step.kind == "correction" and step.rejected else ""
-        return shown_step(step, detok.add(step.tokens), refused)
+        return self.words.place(shown_step(step, detok.add(step.tokens), refused), final=bool(step.finished))

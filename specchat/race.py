@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from engine import EngineError, Metrics, SamplingParams
 from specchat.feed import shown_step
+from specchat.refused import RefusedAtWordEnd
 from specchat.stats_file import write_pair
 
 
@@ -82,12 +83,12 @@ def run_race(session, ids: list[int], sampling: SamplingParams, entrants: list[t
         try:
             proposer = session.proposer(name, k) if name != "off" else None
             gen = session.stream(ids, sampling, proposer)
-            detok = session.detokenizer()
+            detok, refused = session.detokenizer(), RefusedAtWordEnd()
             for step in gen:
                 if cancelled.is_set():
                     gen.cancel()
-                refused = detok.text(step.rejected) if step.kind == "correction" and step.rejected else ""
-                row.pieces += shown_step(step, detok.add(step.tokens), refused).pieces
+                shown = shown_step(step, detok.add(step.tokens), detok.text(step.rejected) if step.kind == "correction" else "")
+                row.pieces += refused.place(shown, final=bool(step.finished)).pieces
                 row.finished = step.finished or row.finished
             row.tokens, row.metrics = list(gen.tokens), gen.metrics
         except EngineError as err:

@@ -104,6 +104,7 @@ class ChatRecord:
     messages: list[dict] = field(default_factory=list)  # {"role", "content"[, "finished", "stats"]}
     started: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S"))
     id: str = field(default_factory=lambda: time.strftime("%Y%m%d-%H%M%S-") + os.urandom(3).hex())
+    unsent: list[str] = field(default_factory=list)  # messages queued behind a reply when the chat closed
 
     @property
     def path(self) -> Path:
@@ -122,23 +123,44 @@ class ChatRecord:
         return self.path
 
     @classmethod
+    def read(cls, path: Path) -> ChatRecord:
+        """The chat saved in `path`; ValueError with one line saying why when it cannot be read."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise ValueError(f"cannot be read: {err.strerror}") from None
+        except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+            raise ValueError(f"not JSON ({str(err).splitlines()[0][:60]})") from None
+        try:
+            record = cls(data["model"], data.get("system", ""), list(data["messages"]), data["started"], path.stem,
+                         [str(text) for text in data.get("unsent", [])])
+        except (KeyError, TypeError, AttributeError):
+            raise ValueError("not a specchat transcript (model, started or messages missing)") from None
+        if not all(
+            isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+            for m in record.messages
+        ):
+            raise ValueError("not a specchat transcript (a message without a role or text)")
+        return record
+
+    @classmethod
+    def saved(cls) -> list[Path]:
+        """Every saved transcript's file, the latest first (ids start with the time they began)."""
+        return sorted((data_dir() / "transcripts").glob("*.json"), reverse=True)
+
+    @classmethod
     def latest(cls, skip: str = "") -> ChatRecord | None:
-        """The chat saved last with something said in it (ids start with the time they began),
-        other than the one called `skip`; None when there is none that can be read."""
-        for path in sorted((data_dir() / "transcripts").glob("*.json"), reverse=True):
+        """The chat saved last with something said in it, other than the one called `skip`; None when
+        there is none that can be read."""
+        for path in cls.saved():
             if path.stem == skip:
                 continue
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                record = cls(data["model"], data.get("system", ""), list(data["messages"]), data["started"],
-                             path.stem)
-                if record.messages and all(
-                    isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
-                    for m in record.messages
-                ):
-                    return record
-            except (OSError, ValueError, KeyError, TypeError):
+                record = cls.read(path)
+            except ValueError:
                 continue
+            if record.messages:
+                return record
         return None
 
     def markdown(self) -> str:
@@ -152,6 +174,8 @@ class ChatRecord:
                 lines += [f"*({'stopped' if m['finished'] == 'cancelled' else 'unfinished'})*", ""]
             if m.get("stats"):
                 lines += [f"*{m['stats']}*", ""]
+        for text in self.unsent:
+            lines += ["## You (not sent)", "", text, ""]
         return "\n".join(lines)
 
     def export(self, path: Path | None = None) -> Path:

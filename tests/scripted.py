@@ -153,7 +153,7 @@ class ScriptedSession(ChatSession):
     def stream(self, ids, sampling, proposer):
         return ScriptedGeneration(proposer, self.accepts, self.gate if self.stepwise else None)
 
-    def decode(self, ids):
+    def decode(self, ids, specials=True):
         return "".join(VOCAB[i] for i in ids)
 
     def detokenizer(self) -> Detokenizer:

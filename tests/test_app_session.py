@@ -21,8 +21,9 @@ def test_a_reply_runs_into_its_feed_step_by_step_then_posts_reply_done():
     assert posted == [ReplyDone(7, "stop")]
     assert [s.step.kind for s in steps[1:3]] == ["correction", "correction"]
     assert "".join(t for s in steps for t, kind in s.pieces if kind != "refused") == "".join(WORDS)
-    assert steps[1].pieces == [(WORDS[1], "accepted"), (WORDS[2], "accepted"), (WORDS[3], "correction"),
-                               (" cat", "refused")]  # the draft refused at the correction comes last
+    assert steps[1].pieces == [(WORDS[1], "accepted"), (WORDS[2], "accepted"), (WORDS[3], "correction")]
+    # the draft refused at the correction waits for the end of its word: the next token's space
+    assert steps[2].pieces[0] == (" cat", "refused") and steps[2].origins[0] is steps[1].step
     assert feed.take() == []  # taken once
 
 

@@ -72,8 +72,8 @@ class ByteDetokenizer:
     tokens comes out with the token that completes it; stop tokens show nothing), from the
     bytes of each token through an incremental UTF-8 decoder."""
 
-    def __init__(self, table: TokenBytes, skip: set[int] = frozenset()) -> None:
-        self.table, self.skip = table, skip
+    def __init__(self, table: TokenBytes, skip: set[int] = frozenset(), specials: set[int] = frozenset()) -> None:
+        self.table, self.skip, self.specials = table, skip, specials
         self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def add(self, tokens: list[int]) -> list[str]:
@@ -82,5 +82,5 @@ class ByteDetokenizer:
         return ["" if t in skip else decode(table[t]) for t in tokens]
 
     def text(self, ids: list[int]) -> str:
-        """The text of `ids` on their own (the refused drafts of a step)."""
-        return b"".join(self.table[t] for t in ids).decode("utf-8", errors="replace")
+        """The text of `ids` on their own (the refused drafts of a step), special tokens left out."""
+        return b"".join(self.table[t] for t in ids if t not in self.specials).decode("utf-8", errors="replace")

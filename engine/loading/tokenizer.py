@@ -18,6 +18,13 @@ def load_tokenizer(path: Path, **kw):
         return None
 
 
+def special_ids(tokenizer) -> set[int]:
+    """The ids a tokenizer marks special (the chat markers, end of text)."""
+    found = set(getattr(tokenizer, "all_special_ids", None) or [])
+    found |= {i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items() if getattr(t, "special", False)}
+    return found
+
+
 class Detokenizer:
     """Text of each token of a reply as it arrives, so every piece of text keeps its token's style.
 
@@ -31,8 +38,10 @@ class Detokenizer:
         decode: Callable[[list[int]], str],
         skip: set[int] = frozenset(),
         decode_batch: Callable[[list[list[int]]], list[str]] | None = None,
+        specials: set[int] = frozenset(),
     ):
         self.decode = decode
+        self.specials = specials  # left out of refused drafts' text: no raw `<|im_end|>` on screen
         self.decode_batch = decode_batch or (lambda windows: [decode(ids) for ids in windows])
         self.skip = skip  # stop tokens: they end the reply, they show no text
         self.ids: list[int] = []
@@ -46,13 +55,14 @@ class Detokenizer:
         where the tokenizer decodes batches)."""
         tokenizer = model.tokenizer
         table = token_bytes(tokenizer)
+        specials = special_ids(tokenizer)
         if table is not None:
-            return ByteDetokenizer(table, set(model.stop_ids()))
-        return cls(tokenizer.decode, set(model.stop_ids()), getattr(tokenizer, "batch_decode", None))
+            return ByteDetokenizer(table, set(model.stop_ids()), specials)
+        return cls(tokenizer.decode, set(model.stop_ids()), getattr(tokenizer, "batch_decode", None), specials)
 
     def text(self, ids: list[int]) -> str:
-        """The text of `ids` on their own (the refused drafts of a step)."""
-        return self.decode(list(ids))
+        """The text of `ids` on their own (the refused drafts of a step), special tokens left out."""
+        return self.decode([t for t in ids if t not in self.specials])
 
     def add(self, tokens: list[int]) -> list[str]:
         """The text of each of `tokens` ("" for a stop token or an incomplete character)."""

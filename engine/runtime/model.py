@@ -11,6 +11,7 @@ same kernels: the torch reference on the CPU, the fused Triton ones on CUDA.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -62,14 +63,18 @@ class Model:
         if graphed:
             self.graphs = StepGraphs(self)
 
-    def warm_up(self, sampling: SamplingParams, noise: int = TOKEN, state_layers: tuple[int, ...] | None = None) -> int:
+    def warm_up(
+        self, sampling: SamplingParams, noise: int = TOKEN, state_layers: tuple[int, ...] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> int:
         """Compile the kernels and capture the CUDA graphs a reply with these sampling settings
         will use, now rather than at their first use mid-reply (nothing to do on the CPU or
-        eagerly). state_layers: the hidden-state taps a DFlash drafter will ask for."""
+        eagerly). state_layers: the hidden-state taps a DFlash drafter will ask for; progress:
+        told "capturing CUDA graphs n/total" as each graph is captured."""
         if self.graphs is None:
             return 0
         layers = self.state_layers if state_layers is None else state_layers
-        return self.graphs.warm_up(sampling, noise, layers)
+        return self.graphs.warm_up(sampling, noise, layers, progress)
 
     def new_sequence(self) -> SeqCache:
         return SeqCache(self.pool)

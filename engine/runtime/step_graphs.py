@@ -89,14 +89,18 @@ class StepGraphs:
             graph.replay()
         return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n])
 
-    def warm_up(self, sampling: SamplingParams, noise: int, state_layers: tuple[int, ...] = ()) -> int:
+    def warm_up(
+        self, sampling: SamplingParams, noise: int, state_layers: tuple[int, ...] = (), progress=None
+    ) -> int:
         """Capture now every graph a reply with these settings can replay: steps of 1..MAX_STEP
         tokens (decode, verify, a draft model's catch-up) and the decode chain. Returns how many
-        were new (the rest were captured before)."""
+        were new (the rest were captured before). `progress("capturing CUDA graphs 3/17")` after each."""
         shapes = [("step", t, tuple(state_layers)) for t in range(1, MAX_STEP + 1)] + [("chain",)]
         new = [s for s in shapes if (*s, settings_key(sampling), noise) not in self.graphs]
-        for shape in new:
+        for done, shape in enumerate(new, 1):
             self._graph(shape, sampling, noise)
+            if progress is not None:
+                progress(f"capturing CUDA graphs {done}/{len(new)}")
         return len(new)
 
     def _load(self, pages: list[int], start: int, ids) -> None:

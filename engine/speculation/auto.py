@@ -49,9 +49,10 @@ class AutoProposer(Proposer):
         for p in self._members:
             p.prime(context)
 
-    def warm_up(self, target, sampling) -> None:
+    def warm_up(self, target, sampling, progress=None) -> None:
+        told = {"progress": progress} if progress is not None else {}
         for p in self._members:
-            p.warm_up(target, sampling)
+            p.warm_up(target, sampling, **told)
 
     def propose(self, context: list[int], k: int) -> Proposal:
         raise EngineError("proposer auto drafts through the generation's choice of a member each step")

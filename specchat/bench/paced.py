@@ -114,5 +114,5 @@ class PacedSession(ChatSession):
     def stream(self, ids, sampling, proposer) -> PacedGeneration:
         return PacedGeneration(self.tokens, self.step_tokens, self.tok_s, proposer)
 
-    def decode(self, ids: list[int]) -> str:
+    def decode(self, ids: list[int], specials: bool = True) -> str:
         return "".join(VOCAB[i] for i in ids)

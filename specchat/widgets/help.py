@@ -26,6 +26,7 @@ KEYS = (
     ("ctrl+b", "show or hide the speculation panel"),
     ("ctrl+s", "settings: sampling, system prompt, theme"),
     ("ctrl+n", "new chat"),
+    ("ctrl+o", "past chats: browse the saved chats and reopen one (/chats; /resume reopens the last)"),
     ("f4", "step inspector: alt+← / alt+→ or a click picks a token, the panel shows its step"),
     ("ctrl+r", "race: your last prompt through plain decoding and every ready proposer (/compare)"),
     ("f1 / ?", "this help"),

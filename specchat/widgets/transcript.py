@@ -6,16 +6,16 @@ from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import Label, LoadingIndicator, Static
+from textual.widgets import Static
 
 # One style per origin of a token: a theme colour, and a cue that survives without colour.
 STYLES = {
     "accepted": "$text-success underline",  # a draft the model agreed with
     "bonus": "$text-primary bold",  # the model's own token after every draft of a step was kept
-    "correction": "$text-warning reverse",  # the model's token where it refused a draft
+    "correction": "$text-warning italic",  # the model's token where it refused a draft: quiet, read often
     "plain": "",  # decoded one token per step, no drafts
     "refused": "$text-error dim strike",  # drafts refused at a correction (teaching view only)
 }
@@ -81,7 +81,7 @@ class ReplyView(Vertical):
     def add_steps(self, shown: list) -> None:
         """Append the pieces of ShownSteps (feed.py), remembering each piece's step."""
         for s in shown:
-            self.steps += [s.step] * len(s.pieces)
+            self.steps += s.origins or [s.step] * len(s.pieces)
         self.add([piece for s in shown for piece in s.pieces])
 
     def set_cursor(self, inspecting: bool, cursor: int | None) -> None:
@@ -146,17 +146,6 @@ class ReplyView(Vertical):
         if self.status:
             parts.append(Content.styled(("\n" if self.pieces else "") + self.status, "$text-muted italic"))
         return Content.assemble(*parts)
-
-
-class Loading(Horizontal):
-    """A spinner and the loader's latest progress line."""
-
-    def compose(self):
-        yield LoadingIndicator()
-        yield Label("loading the model…", id="loading-text")
-
-    def say(self, text: str) -> None:
-        self.query_one("#loading-text", Label).update(text)
 
 
 class Transcript(VerticalScroll):

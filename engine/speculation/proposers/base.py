@@ -103,9 +103,10 @@ class Proposer:
     def detach(self, target) -> None:
         """Called when the generation ends or the proposer is switched away."""
 
-    def warm_up(self, target, sampling) -> None:
+    def warm_up(self, target, sampling, progress=None) -> None:
         """Compile and capture, now, what drafting for `target` with these sampling settings will
-        run (a draft model's steps, a drafter's pass), so the first reply is as fast as later ones."""
+        run (a draft model's steps, a drafter's pass), so the first reply is as fast as later ones;
+        `progress` is told as the graphs are captured, as Model.warm_up tells it."""
 
     def describe(self) -> str:
         return f"{self.name} k={self.k}"

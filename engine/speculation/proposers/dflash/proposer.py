@@ -82,9 +82,9 @@ class DFlashProposer(Proposer):
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
         return DeviceProposal(on_device)
 
-    def warm_up(self, target, sampling) -> None:
+    def warm_up(self, target, sampling, progress=None) -> None:
         # the target's steps keep the drafter's states while it drafts: those are other graphs
-        target.warm_up(sampling, state_layers=self.drafter.state_layers)
+        target.warm_up(sampling, state_layers=self.drafter.state_layers, progress=progress)
         if self.drafter.graphs is not None:
             self.drafter.graphs.warm_up()
 

@@ -82,8 +82,8 @@ class DraftProposer(Proposer):
         self.context, self.last = list(context), DeviceProposal(torch.cat(tokens), q)
         return self.last
 
-    def warm_up(self, target, sampling: SamplingParams) -> None:
-        self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT)
+    def warm_up(self, target, sampling: SamplingParams, progress=None) -> None:
+        self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT, progress=progress)
 
     def drafting_seed(self, k: int, step_cost) -> float:
         # the first draft: a step of the accepted tokens not yet seen (after a bonus, the last
