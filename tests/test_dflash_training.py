@@ -25,7 +25,7 @@ from engine.speculation.proposers.dflash.training.blocks import (
     sample_anchors,
 )
 from engine.speculation.proposers.dflash.training.evaluate import measure_tau
-from engine.speculation.proposers.dflash.training.forward import drafter_hidden, target_states
+from engine.speculation.proposers.dflash.training.forward import batch_states, drafter_hidden, target_states
 from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
 from tests.conftest import tiny_config
 
@@ -191,24 +191,42 @@ def safe_open_keys(path):
         return list(f.keys())
 
 
-def test_a_time_budget_sets_the_steps_and_may_span_epochs(corpus, tmp_path, monkeypatch):
+def test_a_time_budget_ends_the_run_and_its_cosine_and_may_span_epochs(corpus, tmp_path, monkeypatch):
     """48 samples of 4 a step make 12 steps an epoch; with 30 s and steps that take 1 s (a clock
-    that moves only while a step runs), the run plans and takes 30 steps, two and a half epochs."""
+    that moves only while a step runs), the run takes 30 steps, two and a half epochs, and its
+    learning rate reaches the cosine's floor (a tenth of the peak) as the budget ends."""
     from engine.speculation.proposers.dflash.training import trainer as module
 
     target, samples, _ = corpus
     clock = [0.0]
     monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
-    run = Trainer(target, samples, settings(steps=None, minutes=0.5), tmp_path / "budget")
-    step = run.step
 
-    def timed_step():
-        clock[0] += 1.0
-        return step()
+    def ticking(trainer):
+        step = trainer.step
+        trainer.step = lambda: (clock.__setitem__(0, clock[0] + 1.0), step())[1]
+        return trainer
 
-    run.step = timed_step
-    state = run.run()
-    assert state.step == state.total == 30 and state.epoch == 2
-    capped = Trainer(target, samples, settings(steps=None, minutes=0.5, epochs=1), tmp_path / "capped")
-    capped.step = lambda: (clock.__setitem__(0, clock[0] + 1.0), Trainer.step(capped))[1]
+    rates = []
+    state = ticking(Trainer(target, samples, settings(steps=None, minutes=0.5), tmp_path / "budget")).run(
+        lambda report: rates.append(report.learning_rate))
+    assert state.step == 30 and state.epoch == 2
+    peak = settings().learning_rate
+    assert rates[-1] == pytest.approx(0.1 * peak, rel=0.05) and max(rates) == pytest.approx(peak, rel=0.05)
+    capped = ticking(Trainer(target, samples, settings(steps=None, minutes=0.5, epochs=1), tmp_path / "capped"))
     assert capped.run().step == 12  # --epochs caps what the budget would allow
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "llama"])
+def test_the_batched_target_pass_gives_each_sequence_its_serving_states(family):
+    """Training reads the target's states for a whole batch in one dense causal pass; each
+    sequence's rows are the states the serving prefill computes for it alone, pads aside."""
+    target = random_model(tiny_config(family, vocab=32, num_layers=4), seed=0, std=0.3, max_context=256)
+    target.state_layers = random_drafter(target).state_layers
+    g = torch.Generator().manual_seed(5)
+    sequences = [torch.randint(0, 31, (n,), generator=g).tolist() for n in (40, 25, 33)]
+    ids = torch.zeros(3, 40, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq)
+    batched = batch_states(target, ids)
+    for row, seq in enumerate(sequences):
+        torch.testing.assert_close(batched[row, : len(seq)], target_states(target, seq), atol=1e-4, rtol=1e-3)

@@ -8,6 +8,8 @@
 # One subcommand per call:
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
+#                          (keep them in bench/dflash-data: a later machine takes them from there)
+#   data-carried           the replies of an earlier `data`, carried in bench/dflash-data/*.jsonl.gz
 #   train LAYERS MINUTES   train a LAYERS-layer drafter for MINUTES (rerun the line to resume)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
@@ -37,6 +39,11 @@ data)
     --seed 1 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
   echo "sampled: $(wc -l < $DATA/sampled.jsonl) replies in $SECONDS s"
   gzip -c $DATA/greedy.jsonl > "$OUT/greedy.jsonl.gz"; gzip -c $DATA/sampled.jsonl > "$OUT/sampled.jsonl.gz"
+  ;;
+data-carried)
+  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
+  for f in greedy sampled; do gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl; done
+  wc -l $DATA/*.jsonl
   ;;
 train)
   layers=${2:-2}; minutes=${3:-9}

@@ -42,6 +42,36 @@ def target_states(target, ids: list[int]) -> torch.Tensor:
         seq.release()
 
 
+@torch.no_grad()
+def batch_states(target, ids: torch.Tensor) -> torch.Tensor:
+    """target_states for a batch of right-padded sequences at once, [b, S, n * H] from ids
+    [b, S]: one dense causal pass (flash attention on CUDA) that stops after the last state
+    layer, instead of one paged prefill per sequence, which left the GPU idle between the
+    samples' small launches. Pads sit after each sequence's tokens, which causal attention never
+    lets a real token see; their own states are never read."""
+    decoder, cfg = target.decoder, target.config
+    wanted = set(target.state_layers)
+    b, s = ids.shape
+    x = decoder.embed_tokens(ids)
+    cos, sin = rope_tables(torch.arange(s, device=ids.device), cfg.head_dim, cfg.rope_theta, x.dtype)
+    cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)  # rope() takes tokens flat: [b * S, D]
+    states = []
+    for i, layer in enumerate(decoder.layers[: max(wanted) + 1]):
+        attn = layer.self_attn
+        q, k, v = attn.qkv_proj(layer.input_layernorm(x)).split([attn.q_size, attn.kv_size, attn.kv_size], -1)
+        q, k = q.reshape(b * s, attn.num_heads, -1), k.reshape(b * s, attn.num_kv_heads, -1)
+        if attn.q_norm is not None:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        heads = [t.view(b, s, -1, attn.head_dim).transpose(1, 2) for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*heads, is_causal=True, scale=attn.scale, enable_gqa=True)
+        x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, attn.q_size))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        if i in wanted:
+            states.append(x)
+    return torch.cat(states, dim=-1)
+
+
 def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
     """RoPE over x [b, T, heads, D] at positions [b, T]."""
     b, t = positions.shape

@@ -24,12 +24,11 @@ from engine.speculation.proposers.dflash.files import drafter_config, save_draft
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.checkpoint import load_checkpoint, save_checkpoint
-from engine.speculation.proposers.dflash.training.forward import block_loss, target_states
+from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 
 CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
-UNBOUNDED = 10**9  # steps planned before a time budget's fit
-FIT_AT = (10, 100)  # steps after which the planned total is fitted to the time budget
+UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
 
 
 @dataclass
@@ -40,7 +39,7 @@ class Sample:
 
 @dataclass
 class TrainSettings:
-    num_layers: int = 5
+    num_layers: int = 2
     block_size: int = 16
     anchors: int = 256  # blocks per sample per step
     gamma: float = 7.0  # loss weight exp(-(i-1)/gamma) along the block
@@ -114,8 +113,8 @@ class Trainer:
             self._restore(checkpoint)
 
     def _epoch_steps(self) -> int:
-        """The planned steps: the epochs asked for; with a time budget and no epochs, an open
-        count that _fit_budget cuts to what the budget holds."""
+        """The planned steps: the epochs asked for; with a time budget and no epochs, no bound
+        (the budget ends the run)."""
         s = self.settings
         if s.epochs is None and s.minutes:
             return UNBOUNDED
@@ -166,8 +165,7 @@ class Trainer:
                 report.seconds = state.seconds
                 state.history.append([report.step, report.samples, round(report.seconds, 2),
                                       round(report.loss, 4), round(report.tau, 3)])
-                self._fit_budget(s.minutes * 60 if s.minutes else float("inf"))
-                report.total = state.total
+                report.total = self._estimated_total()
                 if on_step is not None:
                     on_step(report)
                 if time.perf_counter() - last_checkpoint > s.checkpoint_minutes * 60:
@@ -178,20 +176,27 @@ class Trainer:
         self.checkpoint()
         return state
 
-    def _fit_budget(self, budget: float) -> None:
-        """With a time budget and no step count, the cosine ends where the budget does: after 10
-        and again after 100 steps, the total becomes what the measured speed fits (kept in the
-        checkpoint). The speed is taken over the later half of the steps so far, past the first
-        steps' one-time costs (kernel selection, the allocator growing)."""
+    @property
+    def timed(self) -> bool:
+        """A run that its time budget ends (no step count): its cosine follows the clock, so it
+        anneals exactly when the budget runs out, whatever speed the machine reaches."""
+        return self.settings.steps is None and bool(self.settings.minutes)
+
+    def _done(self) -> float:
         s, state = self.settings, self.state
-        if s.steps is not None or budget == float("inf") or state.step not in FIT_AT:
-            return
-        recent = state.history[-(state.step // 2) :]
-        per_step = (recent[-1][2] - recent[0][2]) / max(len(recent) - 1, 1)
-        fits = state.step + int(max(budget - state.seconds, 0.0) / max(per_step, 1e-9))
-        if s.epochs is not None:
-            fits = min(fits, self._epoch_steps())
-        state.total = max(state.step + 1, fits)
+        by_steps = (state.step - s.warmup_steps) / max(1, state.total - s.warmup_steps)
+        if not self.timed:
+            return by_steps
+        by_time = state.seconds / (s.minutes * 60)
+        return by_time if state.total == UNBOUNDED else max(by_time, by_steps)
+
+    def _estimated_total(self) -> int:
+        """For the progress bar: the steps the budget will hold at the speed so far."""
+        s, state = self.settings, self.state
+        if not self.timed or state.seconds <= 0:
+            return state.total
+        fits = state.step + int(max(s.minutes * 60 - state.seconds, 0.0) * state.step / state.seconds)
+        return min(state.total, max(state.step, fits))
 
     def step(self) -> StepReport:
         s, state = self.settings, self.state
@@ -199,7 +204,7 @@ class Trainer:
         ids, loss_mask, states = self._tensors(batch)
         blocks = sample_anchors(loss_mask, s.anchors, self.generator)
         blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
-        lr = learning_rate(state.step, state.total, s.learning_rate, s.warmup_steps)
+        lr = learning_rate(state.step, self._done(), s.learning_rate, s.warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
@@ -233,10 +238,8 @@ class Trainer:
         length = max(len(c) for c in cut)
         ids = torch.zeros(len(batch), length, dtype=torch.long)
         loss_mask = torch.zeros(len(batch), length)
-        width = len(self.drafter.state_layers) * self.target.config.hidden_size
-        states = torch.zeros(len(batch), length, width, dtype=self.target.dtype, device=self.device)
         for row, (sample, c) in enumerate(zip(batch, cut, strict=True)):
             ids[row, : len(c)] = torch.tensor(c)
             loss_mask[row, sample.reply_start : len(c)] = 1.0
-            states[row, : len(c)] = target_states(self.target, c)
-        return ids.to(self.device), loss_mask.to(self.device), states
+        ids = ids.to(self.device)
+        return ids, loss_mask.to(self.device), batch_states(self.target, ids)
