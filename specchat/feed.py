@@ -31,7 +31,6 @@ class ShownStep:
     step: Step
     pieces: list[tuple[str, str]]  # (text, origin) per token with text, then the refused drafts
     origins: list[Step] | None = None  # each piece's step, where a refused draft waited for a word's end
-    origins: list[Step] | None = None  # each piece's step, where a refused draft waited for a word's end
 
 
 def shown_step(step: Step, texts: list[str], refused: str) -> ShownStep:
