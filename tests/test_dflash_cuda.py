@@ -168,3 +168,29 @@ def test_after_warm_up_a_dflash_reply_captures_no_graph(graphed, drafter):
     before = len(graphed.graphs.graphs), len(drafter.graphs.graphs)
     generate(graphed, PROMPT, sampling, speculative=proposer)
     assert (len(graphed.graphs.graphs), len(drafter.graphs.graphs)) == before
+
+
+def test_training_on_cuda_starts_from_the_cpu_runs_weights_and_learns(cpu, graphed, tmp_path):
+    """The trainer on the GPU: the same seed gives the drafter the CPU run starts from, the
+    batched target pass gives the serving states, and a few steps lower the loss."""
+    from engine.speculation.proposers.dflash.training.forward import batch_states, target_states
+    from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
+
+    g = torch.Generator().manual_seed(0)
+    samples = [Sample(torch.randint(0, VOCAB - 1, (40,), generator=g).tolist(), 12) for _ in range(8)]
+    settings = TrainSettings(num_layers=2, block_size=BLOCK, anchors=8, batch_size=4, steps=12, max_length=64,
+                             learning_rate=1e-2, warmup_steps=2, init_std=0.1)
+    on_cpu = Trainer(cpu, samples, settings, tmp_path / "cpu")
+    on_gpu = Trainer(graphed, samples, settings, tmp_path / "gpu")
+    for (name, a), (_, b) in zip(on_cpu.drafter.state_dict().items(), on_gpu.drafter.state_dict().items()):
+        assert torch.equal(a, b.cpu()), name
+    graphed.state_layers = on_gpu.drafter.state_layers
+    try:
+        ids = torch.tensor([samples[0].ids, samples[1].ids], device=DEVICE)
+        torch.testing.assert_close(batch_states(graphed, ids)[0], target_states(graphed, samples[0].ids),
+                                   atol=1e-4, rtol=1e-3)
+    finally:
+        graphed.state_layers = ()
+    losses = []
+    on_gpu.run(lambda report: losses.append(report.loss))
+    assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3])
