@@ -230,3 +230,12 @@ def test_the_batched_target_pass_gives_each_sequence_its_serving_states(family):
     batched = batch_states(target, ids)
     for row, seq in enumerate(sequences):
         torch.testing.assert_close(batched[row, : len(seq)], target_states(target, seq), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("layers", [1, 2, 5])
+def test_a_drafter_of_any_depth_reads_the_five_target_layers(layers):
+    """SpecForge's rule for a 28-layer target: layers 1, 7, 13, 19, 25, for a drafter of any depth
+    (a shallow drafter needs the target's features no less)."""
+    target = random_model(tiny_config("qwen2", vocab=32, num_layers=28), seed=0, max_context=64)
+    cfg = drafter_config(target, num_layers=layers)
+    assert list(cfg.target_layer_ids) == [1, 7, 13, 19, 25] and cfg.shape.num_layers == layers

@@ -90,11 +90,16 @@ def check_fits(cfg: DFlashConfig, target) -> None:
         raise EngineError(f"drafter block_size {cfg.block_size}: specchat verifies blocks of 2 to 16 tokens")
 
 
+FEATURE_LAYERS = 5  # target layers a drafter reads, whatever its own depth (z-lab's and SpecForge's five)
+
+
 def drafter_config(target, num_layers: int = 5, block_size: int = 16, mask_token_id: int | None = None
                    ) -> DFlashConfig:
-    """A drafter shaped like z-lab's for `target`: layers of the target's width, reading distinct
-    target layers (z-lab's rule where the target is deep enough for it); the mask token is the
-    last vocabulary row unless given (Qwen vocabularies end in rows no text uses)."""
+    """A drafter shaped like z-lab's for `target`: layers of the target's width, reading five
+    distinct target layers (z-lab's rule for five where the target is deep enough for it: 1, 7, 13,
+    19, 25 of 28), however many layers it has itself, since a shallower drafter needs what the
+    target knows no less; the mask token is the last vocabulary row unless given (Qwen
+    vocabularies end in rows no text uses)."""
     t = target.config
     return DFlashConfig.from_zlab(
         {
@@ -102,7 +107,7 @@ def drafter_config(target, num_layers: int = 5, block_size: int = 16, mask_token
             "num_target_layers": t.num_layers,
             "dflash_config": {
                 "mask_token_id": t.vocab_size - 1 if mask_token_id is None else mask_token_id,
-                "target_layer_ids": distinct_target_layer_ids(t.num_layers, num_layers),
+                "target_layer_ids": distinct_target_layer_ids(t.num_layers, FEATURE_LAYERS),
             },
             "num_hidden_layers": num_layers,
             "hidden_size": t.hidden_size,
