@@ -11,16 +11,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-# One style per origin of a token: a theme colour, and a cue that survives without colour.
-STYLES = {
-    "accepted": "$text-success underline",  # a draft the model agreed with
-    "bonus": "$text-primary bold",  # the model's own token after every draft of a step was kept
-    "correction": "$text-warning italic",  # the model's token where it refused a draft: quiet, read often
-    "plain": "",  # decoded one token per step, no drafts
-    "refused": "$text-error dim strike",  # drafts refused at a correction (teaching view only)
-}
+from specchat.markdown_view import markdown
+from specchat.widgets.origins import CURSOR, STYLES
+
 BLOCK_LINES = 24  # lines of a reply per block: a full block is not wrapped again as tokens arrive
-CURSOR = "bold on $accent 40%"  # the token the step inspector shows
 
 
 class UserMessage(Static):
