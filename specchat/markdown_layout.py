@@ -131,17 +131,16 @@ def block_line(line: str, at: int, runs: list[Run]) -> None:
         runs += newline(line, at)
         return
     style = ""
-    heading, bullet, numbered, quote = HEADING.match(line), BULLET.match(line), NUMBERED.match(line), QUOTE.match(line)
-    if heading:
+    if heading := HEADING.match(line):
         style, start = HEADINGS[len(heading.group(1)) > 1], heading.end()
-    elif bullet:
+    elif bullet := BULLET.match(line):
         runs.append(Run(bullet.group(1) + "• ", QUIET, None))
         start = bullet.end()
-    elif numbered:
+    elif numbered := NUMBERED.match(line):
         runs.append(Run(line[: numbered.end(2)], "bold", at))
         runs.append(Run(" ", "", None))
         start = numbered.end()
-    elif quote:
+    elif quote := QUOTE.match(line):
         runs.append(Run("▌ ", QUIET, None))
         style, start = "italic", quote.end()
     else:

@@ -18,7 +18,9 @@ from specchat.widgets.origins import CURSOR, STYLES, TINTS
 REFUSED_BREAK = "⏎"  # as the raw view shows a refused line break: on one line
 
 
-def markdown(pieces: list[tuple[str, str]], teaching: bool, inspecting: bool = False, cursor: int | None = None) -> Content:
+def markdown(
+    pieces: list[tuple[str, str]], teaching: bool, inspecting: bool = False, cursor: int | None = None
+) -> Content:
     """The reply's (text, origin) pieces as Markdown. While `inspecting`, every character is a click on
     its piece (named by its index in `pieces`) and the `cursor` piece is marked. In the teaching view
     a refused draft shows right after the text before it, as in the raw view."""
@@ -64,7 +66,9 @@ def assembled(spans: list[tuple[str, str, int | None]], inspecting: bool, cursor
     last = None
     for text, style, index in spans:
         if inspecting and index is not None:
-            style = f"{style} {CURSOR if index == cursor else ''} @click=pick({index})".strip()
+            style = " ".join(
+                s for s in (style, CURSOR if index == cursor else "", f"@click=pick({index})") if s
+            )
         key = (style, index if inspecting else None)
         if parts and key == last:
             parts[-1] = (parts[-1][0] + text, style)

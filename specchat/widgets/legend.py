@@ -18,7 +18,10 @@ ENTRIES = (
 def legend(teaching: bool, markdown: bool = False) -> list[Content]:
     """Each origin in its style; in the Markdown view with the tint that marks it there too (a reply
     being written stays raw: the colour and the cue match it, the tint the finished ones)."""
-    entries = [Content.styled(name, f"{STYLES[kind]} {TINTS[kind] if markdown else ''}".strip()) for kind, name in ENTRIES]
+    entries = [
+        Content.styled(name, f"{STYLES[kind]} {TINTS[kind] if markdown else ''}".strip())
+        for kind, name in ENTRIES
+    ]
     teaching_state = Content.styled(f" teaching {'on' if teaching else 'off'}", "$text-muted")
     view = Content.styled("markdown view" if markdown else "raw view", "$text-muted")
     return [*entries, Content.styled("refused", STYLES["refused"]) + teaching_state, view]
