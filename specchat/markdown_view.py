@@ -9,13 +9,15 @@ tint, so the origin reads from the tint and the underline / bold / italic cue in
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterator
 
 from textual.content import Content
 
 from specchat.markdown_layout import layout
 from specchat.widgets.origins import CURSOR, STYLES, TINTS
 
-REFUSED_BREAK = "⏎"  # as the raw view shows a refused line break: on one line
+Span = tuple[str, str, int | None]  # text, style, the index of its piece (None: the layout's own)
 
 
 def markdown(
@@ -24,43 +26,42 @@ def markdown(
     """The reply's (text, origin) pieces as Markdown. While `inspecting`, every character is a click on
     its piece (named by its index in `pieces`) and the `cursor` piece is marked. In the teaching view
     a refused draft shows right after the text before it, as in the raw view."""
-    starts, kept, refused = [], [], []  # kept pieces' offsets and (origin, index); refused at an offset
+    return assembled(list(origin_spans(pieces, teaching)), inspecting, cursor)
+
+
+def origin_spans(pieces: list[tuple[str, str]], teaching: bool) -> Iterator[Span]:
+    """The Markdown layout of the text the kept pieces make, cut where a token ends, each part in its
+    token's origin style; in the teaching view, each refused draft where its drafts were refused."""
+    starts, kept, refused = [], [], deque()  # each kept piece's offset and (origin, index); refused ones
     at = 0
     for index, (text, kind) in enumerate(pieces):
         if kind == "refused":
-            refused.append((at, text.replace("\n", REFUSED_BREAK), index))
+            if teaching:
+                refused.append((at, text, index))
         else:
             starts.append(at)
             kept.append((kind, index))
             at += len(text)
     source = "".join(text for text, kind in pieces if kind != "refused")
-
-    spans: list[tuple[str, str, int | None]] = []  # (text, style, piece index)
-
-    def refused_before(offset: int) -> None:
-        while refused and refused[0][0] <= offset:
-            _, text, index = refused.pop(0)
-            if teaching:
-                spans.append((text, STYLES["refused"], index))
-
     for run in layout(source):
         if run.at is None:
-            spans.append((run.text, run.style, None))
+            yield run.text, run.style, None
             continue
         offset, end = run.at, run.at + len(run.text)
-        while offset < end:  # a run covers one or more tokens
-            refused_before(offset)
+        while offset < end:  # a run may cover several tokens
+            while refused and refused[0][0] <= offset:
+                _, text, index = refused.popleft()
+                yield text, STYLES["refused"], index
             j = bisect_right(starts, offset) - 1
             stop = min(end, starts[j + 1]) if j + 1 < len(starts) else end
             kind, index = kept[j]
-            style = " ".join(s for s in (STYLES[kind], run.style, TINTS[kind]) if s)
-            spans.append((source[offset:stop], style, index))
+            yield source[offset:stop], " ".join(s for s in (STYLES[kind], run.style, TINTS[kind]) if s), index
             offset = stop
-    refused_before(len(source))
-    return assembled(spans, inspecting, cursor)
+    for _, text, index in refused:
+        yield text, STYLES["refused"], index
 
 
-def assembled(spans: list[tuple[str, str, int | None]], inspecting: bool, cursor: int | None) -> Content:
+def assembled(spans: list[Span], inspecting: bool, cursor: int | None) -> Content:
     """One Content of the spans, neighbours of one style joined (and of one piece, while inspecting)."""
     parts: list[tuple[str, str]] = []
     last = None
