@@ -62,7 +62,7 @@ INLINE_STYLES = {"code": INLINE_CODE, "strong": "bold", "strong2": "bold", "em":
 def layout(text: str) -> list[Run]:
     """The runs that show `text` as Markdown, in the order of the text."""
     runs: list[Run] = []
-    lines = text.splitlines(keepends=True)
+    lines = [line for line in re.split(r"(?<=\n)", text) if line]  # "\n" only: models write no other breaks
     at, i = 0, 0
     while i < len(lines):
         line = lines[i]
@@ -151,8 +151,8 @@ def block_line(line: str, at: int, runs: list[Run]) -> None:
 
 
 def newline(line: str, at: int) -> list[Run]:
-    end = len(line.rstrip("\r\n"))
-    return [Run("\n", "", at + end)] if end < len(line) else []
+    """The line's break (a "\r\n" shown as its "\n"), if it has one."""
+    return [Run("\n", "", at + len(line) - 1)] if line.endswith("\n") else []
 
 
 def inline(text: str, at: int, style: str, runs: list[Run]) -> None:

@@ -54,10 +54,19 @@ def style_of(content: Content, text: str) -> str:
 
 
 def test_the_layout_shows_each_character_where_the_reply_has_it():
-    text = "".join(MARKDOWN_WORDS) + "\n1. one\n  * two\n> said\n\n---\n*em* and __strong__ and snake_case\n"
+    text = (
+        "".join(MARKDOWN_WORDS) + "\n1. one\n  * two\n> said\r\n\n---\n*em*, __strong__, snake_case, `open\n"
+    )
+    text += "~~~\nnot closed: a reply stopped in its code"
     for run in layout(text):
         if run.at is not None:
             assert text[run.at : run.at + len(run.text)] == run.text
+
+
+def test_a_code_block_cut_short_runs_to_the_end():
+    assert markdown([("```python\nx = 1\nsnake_case * 2 # **", "plain")], False).plain == (
+        "▎ python\n▎ x = 1\n▎ snake_case * 2 # **"
+    )
 
 
 def test_a_heading_hides_its_marker_and_keeps_its_origin():
