@@ -46,7 +46,7 @@ PANEL_S = 1 / 4  # how often the panel's figures follow them: slower than the re
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
-                "copy_reply", "copy_code", "inspector", "move_cursor", "race", "chats"}
+                "copy_reply", "copy_code", "inspector", "move_cursor", "race", "chats", "markdown"}
 
 
 class SpecChat(App):
@@ -63,6 +63,7 @@ class SpecChat(App):
         Binding("plus,equals_sign", "k(1)", "k+", key_display="+"),
         Binding("minus", "k(-1)", "k−", key_display="-"),
         Binding("ctrl+t", "teaching", "teaching", priority=True),
+        Binding("f5", "markdown", "markdown", priority=True),
         Binding("ctrl+b", "panel", "panel", priority=True),
         Binding("ctrl+s", "settings", "settings", priority=True),
         Binding("ctrl+n", "new_chat", "new", priority=True),
@@ -132,7 +133,7 @@ class SpecChat(App):
         if self.settings.theme in self.available_themes:
             self.theme = self.settings.theme
         self.sub_title = self.session.label
-        self.legend.show(self.settings.teaching)
+        self.legend.show(self.settings.teaching, self.settings.markdown)
         self.show_panel()
         self.set_interval(SAVE_EVERY, self.save_unfinished)
         try:  # graphs are captured at load for the settings replies will use
@@ -306,7 +307,7 @@ class SpecChat(App):
             return
         self.save_record()
         self.chat.add_user(text)
-        self.reply = self.chat.add_reply(self.settings.teaching)
+        self.reply = self.chat.add_reply(self.settings.teaching, self.settings.markdown)
         self.reply.inspecting = self.inspecting
         if self.inspecting and (self.inspected is None or not self.inspected.is_attached):
             self.inspected = self.reply
@@ -592,7 +593,14 @@ class SpecChat(App):
     def action_teaching(self) -> None:
         self.settings.teaching = not self.settings.teaching
         self.chat.set_teaching(self.settings.teaching)
-        self.legend.show(self.settings.teaching)
+        self.legend.show(self.settings.teaching, self.settings.markdown)
+        self.save_settings()
+
+    def action_markdown(self) -> None:
+        """f5: finished replies as Markdown or as raw text."""
+        self.settings.markdown = not self.settings.markdown
+        self.chat.set_markdown(self.settings.markdown)
+        self.legend.show(self.settings.teaching, self.settings.markdown)
         self.save_settings()
 
     def action_panel(self) -> None:
@@ -650,7 +658,7 @@ class SpecChat(App):
                 self.chat.add_user(m["content"])
                 continue
             # a saved reply has no steps left to colour: its text shows as plain decoding's
-            reply = self.chat.add_reply(self.settings.teaching)
+            reply = self.chat.add_reply(self.settings.teaching, self.settings.markdown)
             reply.add([(m["content"], "plain")])
             status = m.get("finished", "")
             reply.finish(" · ".join(x for x in ("stopped" if status == "cancelled" else status, m.get("stats")) if x))

@@ -62,6 +62,7 @@ class Settings:
     proposer: str = "n-gram"
     k: int = 4
     teaching: bool = False
+    markdown: bool = True  # finished replies as Markdown, not raw text
     theme: str = "textual-dark"
 
     def sampling(self) -> SamplingParams:

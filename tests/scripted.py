@@ -122,10 +122,13 @@ def scripted_inspection(step: Step) -> Inspection:
 
 
 class ScriptedSession(ChatSession):
-    """A ChatSession whose model is the script. `stepwise`: each step waits for `release()`."""
+    """A ChatSession whose model is the script. `stepwise`: each step waits for `release()`.
+    `words`: the text of the script's len(WORDS) tokens, to script a reply of other words."""
 
-    def __init__(self, accepts=(2, 4, 0, 1), stepwise: bool = False):
+    def __init__(self, accepts=(2, 4, 0, 1), stepwise: bool = False, words: tuple[str, ...] = WORDS):
         super().__init__(Namespace(model="scripted", draft="scripted-draft", dflash=None))
+        assert len(words) == len(WORDS)
+        self.vocab = (*words, *VOCAB[len(WORDS) :])
         self.accepts = list(accepts)
         self.stepwise = stepwise
         self.gate = threading.Semaphore(0)
@@ -154,7 +157,7 @@ class ScriptedSession(ChatSession):
         return ScriptedGeneration(proposer, self.accepts, self.gate if self.stepwise else None)
 
     def decode(self, ids, specials=True):
-        return "".join(VOCAB[i] for i in ids)
+        return "".join(self.vocab[i] for i in ids)
 
     def detokenizer(self) -> Detokenizer:
         return Detokenizer(self.decode, {EOS})

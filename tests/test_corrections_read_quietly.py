@@ -59,7 +59,8 @@ def test_a_correction_is_not_reverse_video_and_each_origin_keeps_a_cue_of_its_ow
 
 @pilot_test
 async def test_the_legend_shows_each_origin_in_the_style_the_reply_gives_it():
-    app = make_app(ScriptedSession(accepts=[1, 0, 4]), Settings(proposer="n-gram", k=4), save=False)
+    # the raw view (test_markdown_view.py checks the Markdown view's legend)
+    app = make_app(ScriptedSession(accepts=[1, 0, 4]), Settings(proposer="n-gram", k=4, markdown=False), save=False)
     async with chat(app) as pilot:
         await ask(pilot, "go")
         shown = {kind for _, kind in reply(app).pieces}

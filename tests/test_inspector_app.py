@@ -40,7 +40,8 @@ async def test_the_inspector_shows_the_step_of_the_token_under_the_cursor():
 
 @pilot_test
 async def test_a_click_on_a_token_picks_it():
-    app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4), save=False)
+    # in the raw view (test_markdown_view.py clicks in the Markdown view)
+    app = make_app(ScriptedSession(accepts=[2, 4, 0]), Settings(proposer="n-gram", k=4, markdown=False), save=False)
     async with chat(app, (120, 50)) as pilot:
         await pilot.press("f4")
         await ask(pilot, "tell me about a fox")

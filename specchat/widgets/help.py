@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from engine import proposer_specs
-from specchat.widgets.transcript import STYLES
+from specchat.widgets.origins import STYLES
 
 KEYS = (
     ("enter", "send the message"),
@@ -23,6 +23,7 @@ KEYS = (
     ("ctrl+p", "next proposer: off, {proposers} (those given)"),
     ("+ / -", "more or fewer drafts per step (k), with the input empty"),
     ("ctrl+t", "teaching view: show refused drafts"),
+    ("f5", "finished replies as Markdown or as raw text (both keep each token's origin)"),
     ("ctrl+b", "show or hide the speculation panel"),
     ("ctrl+s", "settings: sampling, system prompt, theme"),
     ("ctrl+n", "new chat"),
@@ -47,7 +48,10 @@ EXPLANATION = (
     "adds when it accepted every draft of a step, {correction:like this} its correction where it refused a "
     "draft, and {plain:like this} plain decoding, one token per step with no drafts.\n\n"
     "The teaching view (ctrl+t) shows each step's refused drafts {refused:like this} right after the "
-    "correction, so you read what was guessed and what the model wanted instead."
+    "correction, so you read what was guessed and what the model wanted instead.\n\n"
+    "A finished reply shows as Markdown (f5 switches to raw text and back): there the Markdown sets "
+    "the colours, of highlighted code too, and each token also has a tint behind it in its origin's "
+    "colour, with the same underline, bold or italic."
 )
 
 # One step, told against what is on the screen.

@@ -11,16 +11,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
-# One style per origin of a token: a theme colour, and a cue that survives without colour.
-STYLES = {
-    "accepted": "$text-success underline",  # a draft the model agreed with
-    "bonus": "$text-primary bold",  # the model's own token after every draft of a step was kept
-    "correction": "$text-warning italic",  # the model's token where it refused a draft: quiet, read often
-    "plain": "",  # decoded one token per step, no drafts
-    "refused": "$text-error dim strike",  # drafts refused at a correction (teaching view only)
-}
+from specchat.markdown_view import markdown
+from specchat.widgets.origins import CURSOR, STYLES
+
 BLOCK_LINES = 24  # lines of a reply per block: a full block is not wrapped again as tokens arrive
-CURSOR = "bold on $accent 40%"  # the token the step inspector shows
 
 
 class UserMessage(Static):
@@ -61,13 +55,17 @@ class ReplyView(Vertical):
     """A reply as (text, origin) pieces, each rendered in its origin's style.
 
     The text is shown in blocks of about BLOCK_LINES whole lines. Only the last block changes
-    while tokens arrive, so each frame re-wraps the reply's last lines, not the whole reply."""
+    while tokens arrive, so each frame re-wraps the reply's last lines, not the whole reply.
+    Once finished, a reply may show as Markdown instead (`markdown`), in a block of its own."""
 
-    def __init__(self, teaching: bool = False) -> None:
+    def __init__(self, teaching: bool = False, markdown: bool = False) -> None:
         self.blocks = [Block(Content.styled("…", "$text-muted"))]
+        self.markdown_block = Block(classes="markdown")
+        self.markdown_block.display = False
         self.status_line = Static(classes="status")
         self.status_line.display = False
-        super().__init__(*self.blocks, self.status_line)
+        super().__init__(*self.blocks, self.markdown_block, self.status_line)
+        self.markdown = markdown
         self.pieces: list[tuple[str, str]] = []
         self.teaching = teaching
         self.status = ""
@@ -88,6 +86,7 @@ class ReplyView(Vertical):
         self.inspecting, self.cursor = inspecting, cursor
         for i in range(len(self.blocks)):
             self.show_block(i)
+        self.show_view()
 
     @property
     def text(self) -> str:
@@ -133,12 +132,27 @@ class ReplyView(Vertical):
         if self.pieces:
             for i in range(len(self.blocks)):
                 self.show_block(i)
+            self.show_view()
+
+    def set_markdown(self, markdown: bool) -> None:
+        self.markdown = markdown
+        self.show_view()
+
+    def show_view(self) -> None:
+        """A finished reply as Markdown when asked for, else (and while it streams) as raw text."""
+        as_markdown = self.markdown and bool(self.status) and bool(self.pieces)
+        if as_markdown:
+            self.markdown_block.update(markdown(self.pieces, self.teaching, self.inspecting, self.cursor))
+        self.markdown_block.display = as_markdown
+        for block in self.blocks:
+            block.display = not as_markdown
+        self.blocks[0].display = not as_markdown and (bool(self.pieces) or not self.status)  # or its "…"
 
     def finish(self, status: str) -> None:
         self.status = status
         self.status_line.update(Content.styled(status, "$text-muted italic"))
         self.status_line.display = True
-        self.blocks[0].display = bool(self.pieces)
+        self.show_view()
 
     def content(self) -> Content:
         """The whole reply as styled text, the status line included."""
@@ -162,8 +176,8 @@ class Transcript(VerticalScroll):
         self.mount(message)
         return message
 
-    def add_reply(self, teaching: bool) -> ReplyView:
-        reply = ReplyView(teaching)
+    def add_reply(self, teaching: bool, markdown: bool = False) -> ReplyView:
+        reply = ReplyView(teaching, markdown)
         self.mount(reply)
         self.anchor()
         return reply
@@ -171,6 +185,10 @@ class Transcript(VerticalScroll):
     def set_teaching(self, teaching: bool) -> None:
         for reply in self.query(ReplyView):
             reply.set_teaching(teaching)
+
+    def set_markdown(self, markdown: bool) -> None:
+        for reply in self.query(ReplyView):
+            reply.set_markdown(markdown)
 
     def clear(self) -> None:
         self.query(UserMessage).remove()
