@@ -11,6 +11,8 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import Static
 
+from specchat.widgets.redraw import redraw
+
 # One style per origin of a token: a theme colour, and a cue that survives without colour.
 STYLES = {
     "accepted": "$text-success underline",  # a draft the model agreed with
@@ -124,9 +126,9 @@ class ReplyView(Vertical):
 
     def show_block(self, i: int) -> None:
         if self.inspecting:
-            self.blocks[i].update(inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
+            redraw(self.blocks[i], inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
         else:
-            self.blocks[i].update(styled(self.block_pieces[i], self.teaching))
+            redraw(self.blocks[i], styled(self.block_pieces[i], self.teaching))
 
     def set_teaching(self, teaching: bool) -> None:
         self.teaching = teaching
