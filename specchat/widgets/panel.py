@@ -9,6 +9,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from engine import Metrics, Step
+from specchat.widgets.redraw import redraw
 
 BARS = "▁▂▃▄▅▆▇█"
 KIND_STYLES = {"bonus": "$text-primary", "correction": "$text-warning", "plain": "$text-muted"}
@@ -181,8 +182,8 @@ class SpecPanel(VerticalScroll):
             drafting += Content.assemble("  ", ("k ", "$text-muted"), (str(k), "bold"))
         if loading:
             drafting += Content.styled(f"\n{loading}", "$text-warning")
-        self.parts["proposer"].update(drafting)
-        self.parts["last-step"].update(last_step(stats.last))
-        self.parts["figures"].update(figures(stats))
-        self.parts["sparkline"].update(sparkline(list(stats.history)))
-        self.parts["histogram"].update(histogram(stats.session))
+        redraw(self.parts["proposer"], drafting)
+        redraw(self.parts["last-step"], last_step(stats.last))
+        redraw(self.parts["figures"], figures(stats))
+        redraw(self.parts["sparkline"], sparkline(list(stats.history)))
+        redraw(self.parts["histogram"], histogram(stats.session))

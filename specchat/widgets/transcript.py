@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from specchat.markdown_view import markdown
 from specchat.widgets.origins import CURSOR, STYLES
+from specchat.widgets.redraw import redraw
 
 BLOCK_LINES = 24  # lines of a reply per block: a full block is not wrapped again as tokens arrive
 
@@ -123,9 +124,9 @@ class ReplyView(Vertical):
 
     def show_block(self, i: int) -> None:
         if self.inspecting:
-            self.blocks[i].update(inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
+            redraw(self.blocks[i], inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
         else:
-            self.blocks[i].update(styled(self.block_pieces[i], self.teaching))
+            redraw(self.blocks[i], styled(self.block_pieces[i], self.teaching))
 
     def set_teaching(self, teaching: bool) -> None:
         self.teaching = teaching
