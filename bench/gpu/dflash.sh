@@ -10,6 +10,7 @@
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
 #   data-carried           the replies of an earlier `data`, carried in bench/dflash-data/*.jsonl.gz
+#   profile                where a training step's time goes (2 layers; batch 4 and 8), before training
 #   train LAYERS MINUTES   train a LAYERS-layer drafter for MINUTES (rerun the line to resume)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
@@ -44,6 +45,12 @@ data-carried)
   mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
   for f in greedy sampled; do gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl; done
   wc -l $DATA/*.jsonl
+  ;;
+profile)
+  for batch in 4 8; do
+    timeout 200 python3 bench/gpu/dflash_step_profile.py $name $DATA/prompts.jsonl $DATA/greedy.jsonl \
+      --layers 2 --batch-size $batch --anchors 256 --steps 10 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -9
+  done
   ;;
 train)
   layers=${2:-2}; minutes=${3:-9}

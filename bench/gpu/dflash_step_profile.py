@@ -1,0 +1,105 @@
+"""Where one DFlash training step spends its time: the target's batched states, the drafter's
+forward (blocks and attention), the lm_head and loss, the backward pass and the optimizer step.
+Timed with CUDA events (or the clock on the CPU) over a few steps after warm-up; prints a table.
+
+    python bench/gpu/dflash_step_profile.py qwen2.5-coder-1.5b PROMPTS REPLIES [--layers 2] \
+        [--batch-size 4] [--anchors 256] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from engine import load_model
+from engine.speculation.proposers.dflash.training.blocks import sample_anchors
+from engine.speculation.proposers.dflash.training.data import read_samples
+from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
+from engine.speculation.proposers.dflash.training.trainer import Trainer, TrainSettings
+
+
+class Clock:
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list[tuple[str, object]] = []
+
+    def mark(self, name: str) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append((name, event))
+        else:
+            self.marks.append((name, time.perf_counter()))
+
+    def parts(self) -> dict[str, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        out = {}
+        for (_, a), (name, b) in zip(self.marks, self.marks[1:]):
+            out[name] = a.elapsed_time(b) if self.cuda else (b - a) * 1e3
+        return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("prompts")
+    p.add_argument("replies", nargs="+")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--anchors", type=int, default=256)
+    p.add_argument("--max-length", type=int, default=2048)
+    p.add_argument("--steps", type=int, default=10)
+    args = p.parse_args()
+    target = load_model(args.model, max_context=args.max_length + 16)
+    samples = read_samples(target, args.prompts, args.replies)[: 64 * args.batch_size]
+    settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
+                             max_length=args.max_length, steps=10**6)
+    trainer = Trainer(target, samples, settings, "/tmp/dflash-profile")
+    target.state_layers = trainer.drafter.state_layers
+    autocast = torch.autocast("cuda", torch.bfloat16) if trainer.autocast else torch.autocast("cpu", enabled=False)
+    rows = []
+    for step in range(args.steps + 2):
+        clock = Clock(trainer.device)
+        batch = trainer._next_batch()
+        clock.mark("start")
+        cut = [x.ids[: args.max_length] for x in batch]
+        ids = torch.zeros(len(batch), max(map(len, cut)), dtype=torch.long)
+        mask = torch.zeros(ids.shape)
+        for row, (x, c) in enumerate(zip(batch, cut)):
+            ids[row, : len(c)] = torch.tensor(c)
+            mask[row, x.reply_start : len(c)] = 1.0
+        ids, mask = ids.to(trainer.device), mask.to(trainer.device)
+        clock.mark("host: batch")
+        states = batch_states(target, ids)
+        clock.mark("target states")
+        blocks = sample_anchors(mask, args.anchors, trainer.generator)
+        blocks.anchors, blocks.keep = blocks.anchors.to(trainer.device), blocks.keep.to(trainer.device)
+        clock.mark("anchors")
+        with autocast:
+            loss, _ = block_loss(trainer.drafter, target, states, ids, mask, blocks, settings.gamma)
+        clock.mark("drafter + lm_head + loss")
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clock.mark("backward")
+        torch.nn.utils.clip_grad_norm_(trainer.drafter.parameters(), settings.clip)
+        trainer.optimizer.step()
+        clock.mark("optimizer")
+        if step >= 2:  # the first steps pay for kernel selection and the allocator's growth
+            rows.append(clock.parts() | {"tokens": int(mask.numel())})
+    names = [n for n in rows[0] if n != "tokens"]
+    total = statistics.median(sum(r[n] for n in names) for r in rows)
+    print(f"\n{args.model}, {args.layers} drafter layers, batch {args.batch_size} x {args.anchors} anchors, "
+          f"median of {len(rows)} steps: {total:.1f} ms a step, {1e3 * args.batch_size / total:.1f} samples/s")
+    for n in names:
+        ms = statistics.median(r[n] for r in rows)
+        print(f"  {n:<28}{ms:8.2f} ms  {100 * ms / total:5.1f} %")
+    if torch.cuda.is_available():
+        print(f"  peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()
