@@ -123,6 +123,8 @@ class ReplyView(Vertical):
                 self.block_indices[-1].append(index)
             self.block_breaks += breaks
         self.show_block(-1)
+        if self.live is not None:
+            self.live.follow()
 
     def start_block(self) -> None:
         self.block_pieces.append([])
@@ -134,12 +136,12 @@ class ReplyView(Vertical):
             return
         live = self.blocks[-1]
         self.settle()
-        self.live.hold_height()
+        self.live.follow(block_moved=True)
         self.blocks.append(live)  # drawn again from the next block's pieces
 
     def settle(self) -> None:
         """The live block's lines into the reply, as a block of their own that is drawn once."""
-        block = Block(self.blocks[-1].content, reply=self)
+        block = Block(self.blocks[-1].content, reply=self)  # of auto height, unlike a live block
         block.display = self.blocks[-1].display
         self.blocks[-1] = block
         self.mount(block, before=self.markdown_block)
@@ -214,8 +216,7 @@ class Transcript(VerticalScroll):
         reply = ReplyView(teaching, markdown, live)
         self.mount(reply)
         if live is not None:
-            reply.block_lines = live.start(self)
-            live.mount(reply.blocks[0])
+            reply.block_lines = live.start(self, reply.blocks[0])
         self.anchor()
         return reply
 
