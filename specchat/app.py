@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -197,6 +198,10 @@ class SpecChat(App):
 
     @on(ModelReady)
     def model_ready(self, message: ModelReady) -> None:
+        # What is loaded by now (the model, the libraries, the app's widgets) lives as long as the
+        # app: left out of the collector's full passes, which otherwise walk it all and stall a
+        # frame for 100 ms and more every second or so while a reply streams.
+        gc.freeze()
         self.loading.remove()
         self.chat.add_note(WELCOME)
         self.sub_title = self.record.model = message.label
