@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -11,7 +12,7 @@ from typing import ClassVar
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Header
 
@@ -30,6 +31,7 @@ from specchat.widgets.help import HelpScreen
 from specchat.widgets.inspector import StepInspector
 from specchat.widgets.keys import KeyLine
 from specchat.widgets.legend import Legend
+from specchat.widgets.live import LiveArea
 from specchat.widgets.loading import Loading
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
@@ -116,11 +118,14 @@ class SpecChat(App):
         # Widgets kept by reference: a step that lands while the app closes updates them harmlessly.
         self.chat, self.panel, self.legend = Transcript(id="chat"), SpecPanel(id="panel"), Legend(id="legend")
         self.loading = Loading(id="loading")
+        self.live = LiveArea(id="live")  # the end of the reply being written, out of the chat's scroll
         self.prompt = PromptInput(placeholder="loading the model…", id="prompt", disabled=True)
         yield Header()
         with Horizontal(id="main"):
-            with self.chat:
-                yield self.loading
+            with Vertical(id="conversation"):
+                with self.chat:
+                    yield self.loading
+                yield self.live
             yield self.panel
         self.inspector = StepInspector(id="inspector")
         self.inspector.display = False
@@ -193,6 +198,10 @@ class SpecChat(App):
 
     @on(ModelReady)
     def model_ready(self, message: ModelReady) -> None:
+        # What is loaded by now (the model, the libraries, the app's widgets) lives as long as the
+        # app: left out of the collector's full passes, which otherwise walk it all and stall a
+        # frame for 100 ms and more every second or so while a reply streams.
+        gc.freeze()
         self.loading.remove()
         self.chat.add_note(WELCOME)
         self.sub_title = self.record.model = message.label
@@ -307,7 +316,7 @@ class SpecChat(App):
             return
         self.save_record()
         self.chat.add_user(text)
-        self.reply = self.chat.add_reply(self.settings.teaching, self.settings.markdown)
+        self.reply = self.chat.add_reply(self.settings.teaching, self.settings.markdown, self.live)
         self.reply.inspecting = self.inspecting
         if self.inspecting and (self.inspected is None or not self.inspected.is_attached):
             self.inspected = self.reply

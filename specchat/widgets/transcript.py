@@ -12,10 +12,9 @@ from textual.message import Message
 from textual.widgets import Static
 
 from specchat.markdown_view import markdown
+from specchat.widgets.live import BLOCK_LINES, LiveArea
 from specchat.widgets.origins import CURSOR, STYLES
 from specchat.widgets.redraw import redraw
-
-BLOCK_LINES = 24  # lines of a reply per block: a full block is not wrapped again as tokens arrive
 
 
 class UserMessage(Static):
@@ -46,10 +45,14 @@ class TokenPicked(Message):
 
 
 class Block(Static):
-    """Some whole lines of a reply."""
+    """Some whole lines of a reply (in the reply, or in the live area under the chat)."""
+
+    def __init__(self, *args, reply: ReplyView | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reply = reply
 
     def action_pick(self, index: int) -> None:
-        self.post_message(TokenPicked(self.parent, index))
+        self.post_message(TokenPicked(self.reply or self.parent, index))
 
 
 class ReplyView(Vertical):
@@ -57,15 +60,21 @@ class ReplyView(Vertical):
 
     The text is shown in blocks of about BLOCK_LINES whole lines. Only the last block changes
     while tokens arrive, so each frame re-wraps the reply's last lines, not the whole reply.
-    Once finished, a reply may show as Markdown instead (`markdown`), in a block of its own."""
+    Once finished, a reply may show as Markdown instead (`markdown`), in a block of its own.
 
-    def __init__(self, teaching: bool = False, markdown: bool = False) -> None:
-        self.blocks = [Block(Content.styled("…", "$text-muted"))]
-        self.markdown_block = Block(classes="markdown")
+    Given a live area (live.py), the reply's last block lives there while it streams: each full
+    block is copied into the reply once, and the last one when the reply finishes."""
+
+    def __init__(self, teaching: bool = False, markdown: bool = False, live: LiveArea | None = None) -> None:
+        self.live = live
+        self.block_lines = BLOCK_LINES
+        first = Block(Content.styled("…", "$text-muted"), reply=self)
+        self.blocks = [first]
+        self.markdown_block = Block(classes="markdown", reply=self)
         self.markdown_block.display = False
         self.status_line = Static(classes="status")
         self.status_line.display = False
-        super().__init__(*self.blocks, self.markdown_block, self.status_line)
+        super().__init__(*([] if live else self.blocks), self.markdown_block, self.status_line)
         self.markdown = markdown
         self.pieces: list[tuple[str, str]] = []
         self.teaching = teaching
@@ -100,7 +109,7 @@ class ReplyView(Vertical):
         self.pieces += pieces
         for index, (text, kind) in enumerate(pieces, first):
             breaks = text.count("\n")
-            if breaks and self.block_breaks + breaks >= BLOCK_LINES and self.is_attached:
+            if breaks and self.block_breaks + breaks >= self.block_lines and self.is_attached:
                 # the block ends at this piece's last line break, which the next block's start implies
                 head, _, tail = text.rpartition("\n")
                 if head:
@@ -114,13 +123,37 @@ class ReplyView(Vertical):
                 self.block_indices[-1].append(index)
             self.block_breaks += breaks
         self.show_block(-1)
+        if self.live is not None:
+            self.live.follow()
 
     def start_block(self) -> None:
         self.block_pieces.append([])
         self.block_indices.append([])
-        self.blocks.append(Block())
         self.block_breaks = 0
-        self.mount(self.blocks[-1], before=self.status_line)
+        if self.live is None:
+            self.blocks.append(Block(reply=self))
+            self.mount(self.blocks[-1], before=self.status_line)
+            return
+        live = self.blocks[-1]
+        self.settle()
+        self.live.follow(block_moved=True)
+        self.blocks.append(live)  # drawn again from the next block's pieces
+
+    def settle(self) -> None:
+        """The live block's lines into the reply, as a block of their own that is drawn once."""
+        block = Block(self.blocks[-1].content, reply=self)  # of auto height, unlike a live block
+        block.display = self.blocks[-1].display
+        self.blocks[-1] = block
+        self.mount(block, before=self.markdown_block)
+
+    def leave_live_area(self) -> None:
+        """The reply is over: its last block into the reply, and the live area free."""
+        if self.live is None:
+            return
+        if self.is_attached:
+            self.settle()
+        self.live.stop()
+        self.live = None
 
     def show_block(self, i: int) -> None:
         if self.inspecting:
@@ -150,6 +183,7 @@ class ReplyView(Vertical):
         self.blocks[0].display = not as_markdown and (bool(self.pieces) or not self.status)  # or its "…"
 
     def finish(self, status: str) -> None:
+        self.leave_live_area()
         self.status = status
         self.status_line.update(Content.styled(status, "$text-muted italic"))
         self.status_line.display = True
@@ -177,9 +211,12 @@ class Transcript(VerticalScroll):
         self.mount(message)
         return message
 
-    def add_reply(self, teaching: bool, markdown: bool = False) -> ReplyView:
-        reply = ReplyView(teaching, markdown)
+    def add_reply(self, teaching: bool, markdown: bool = False, live: LiveArea | None = None) -> ReplyView:
+        """A new reply; given a live area, its unfinished end streams there (see ReplyView)."""
+        reply = ReplyView(teaching, markdown, live)
         self.mount(reply)
+        if live is not None:
+            reply.block_lines = live.start(self, reply.blocks[0])
         self.anchor()
         return reply
 
@@ -192,5 +229,8 @@ class Transcript(VerticalScroll):
             reply.set_markdown(markdown)
 
     def clear(self) -> None:
+        for reply in self.query(ReplyView):
+            if reply.live is not None:
+                reply.live.stop()
         self.query(UserMessage).remove()
         self.query(ReplyView).remove()

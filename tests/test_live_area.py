@@ -1,0 +1,111 @@
+"""The live area: while a reply streams, its full blocks sit in the chat and only its last block,
+under the chat, changes; when the reply ends, the whole reply is in the chat as one."""
+
+from __future__ import annotations
+
+import threading
+
+from specchat.app import make_app
+from specchat.bench.paced import PacedSession
+from specchat.settings import Settings
+from tests.pilot import chat, pilot_test, reply, say, until
+
+
+class HeldSession(PacedSession):
+    """Paced replies of code whose engine thread stops after each step count in `holds` until the
+    test lets it go on (`go`), so a test can look at the screen mid-reply."""
+
+    def __init__(self, holds: list[int]) -> None:
+        super().__init__(tokens=1500, step_tokens=6, tok_s=1e6)
+        self.holds, self.go = holds, threading.Semaphore(0)
+        self.holding = 0  # the hold the engine thread waits at (0: none)
+        self.emitted = None  # the last step it made
+
+    def stream(self, ids, sampling, proposer):
+        gen = super().stream(ids, sampling, proposer)
+        emit, count = gen._emit, [0]
+
+        def held(step):
+            count[0] += 1
+            if count[0] in self.holds:
+                self.holding = count[0]
+                self.go.acquire(timeout=10)
+                self.holding = 0
+            self.emitted = emit(step)
+            return self.emitted
+
+        gen._emit = held
+        return gen
+
+
+async def started(pilot, session: HeldSession) -> None:
+    """Send a message and let its reply begin on screen (the session holds at its third step):
+    the steps that follow then reach a reply in place, which blocks can be added to."""
+    await say(pilot, "go")
+    await held(pilot, session, 3)
+    session.go.release()
+
+
+async def held(pilot, session: HeldSession, at: int) -> None:
+    """Let the app show every step the engine made before it stopped at the hold `at`."""
+    history = pilot.app.stats.history
+    await until(pilot, lambda: session.holding == at and history and history[-1] is session.emitted, f"hold {at}")
+    await pilot.pause()
+
+
+def lines(app) -> str:
+    return "\n".join(block.content.plain for block in reply(app).blocks)
+
+
+@pilot_test
+async def test_full_blocks_go_into_the_chat_and_the_last_stays_under_it_until_the_reply_ends():
+    session = HeldSession(holds=[3, 120])
+    app = make_app(session, Settings(proposer="n-gram", k=5, markdown=False), save=False)
+    async with chat(app) as pilot:
+        await started(pilot, session)
+        await held(pilot, session, 120)
+        view = reply(app)
+        assert len(view.blocks) > 2 and app.live.display
+        assert all(block.parent is view for block in view.blocks[:-1])
+        assert view.blocks[-1].parent is app.live
+        assert lines(app) == view.text  # the blocks' seams hold the reply's line breaks
+        assert view.blocks[-1].outer_size.height == app.live.lines  # held: new lines keep the chat's height
+        session.go.release()
+        await until(pilot, lambda: app.gen is None and view.status, "the reply")
+        assert all(block.parent is view for block in view.blocks) and not app.live.display
+        assert lines(app) == view.text
+
+
+@pilot_test
+async def test_a_reader_scrolled_up_stays_where_they_are_while_blocks_move_into_the_chat():
+    session = HeldSession(holds=[3, 100, 200])
+    app = make_app(session, Settings(proposer="n-gram", k=5, markdown=False), save=False)
+    async with chat(app) as pilot:
+        await started(pilot, session)
+        await held(pilot, session, 100)
+        assert app.chat.max_scroll_y > 2  # blocks have gone up into the chat: it scrolls
+        app.chat.release_anchor()  # as the mouse wheel and the scroll keys do
+        app.chat.scroll_to(y=2, animate=False, immediate=True)
+        await pilot.pause()
+        blocks = len(reply(app).blocks)
+        session.go.release()
+        await held(pilot, session, 200)
+        assert len(reply(app).blocks) > blocks  # more blocks moved up into the chat meanwhile
+        assert app.chat.scroll_y == 2
+        session.go.release()
+
+
+@pilot_test
+async def test_a_click_on_a_token_in_the_live_area_finds_its_step():
+    session = HeldSession(holds=[3, 120])
+    app = make_app(session, Settings(proposer="n-gram", k=5, markdown=False), save=False)
+    async with chat(app) as pilot:
+        await pilot.press("f4")
+        await started(pilot, session)
+        await held(pilot, session, 120)
+        view = reply(app)
+        await pilot.click(view.blocks[-1], offset=(8, 1))  # past the bar and the padding, on the second line (the first may be empty)
+        await pilot.pause()
+        assert view.cursor in view.block_indices[-1]
+        assert app.inspected is view
+        session.go.release()
