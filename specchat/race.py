@@ -13,8 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from engine import EngineError, Metrics, SamplingParams
-from specchat.feed import shown_step
-from specchat.refused import RefusedAtWordEnd
+from specchat.feed import StepFeed
 from specchat.stats_file import write_pair
 
 
@@ -83,12 +82,12 @@ def run_race(session, ids: list[int], sampling: SamplingParams, entrants: list[t
         try:
             proposer = session.proposer(name, k) if name != "off" else None
             gen = session.stream(ids, sampling, proposer)
-            detok, refused = session.detokenizer(), RefusedAtWordEnd()
+            feed = StepFeed(0, session.detokenizer())  # the chat's own road from steps to styled text
             for step in gen:
                 if cancelled.is_set():
                     gen.cancel()
-                shown = shown_step(step, detok.add(step.tokens), detok.text(step.rejected) if step.kind == "correction" else "")
-                row.pieces += refused.place(shown, final=bool(step.finished)).pieces
+                feed.put(step)
+                row.pieces += [piece for shown in feed.take() for piece in shown.pieces]
                 row.finished = step.finished or row.finished
             row.tokens, row.metrics = list(gen.tokens), gen.metrics
         except EngineError as err:

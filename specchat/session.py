@@ -138,14 +138,9 @@ class ChatSession:
     def stream(self, ids: list[int], sampling: SamplingParams, proposer: Proposer | None) -> Generation:
         return stream(self.model, ids, sampling, stop_ids=self.model.stop_ids(), speculative=proposer)
 
-    def decode(self, ids: list[int], specials: bool = True) -> str:
-        """The text of `ids`; `specials`: special tokens (`<|im_end|>`) written out too."""
-        return self.model.tokenizer.decode(ids, skip_special_tokens=not specials)
-
-    def refused_text(self, step) -> str:
-        """The text of a correction step's refused drafts, special tokens left out (a draft of the
-        end of a turn is refused as nothing, not as `<|im_end|>`); "" for any other step."""
-        return self.detokenizer().text(step.rejected) if step.kind == "correction" and step.rejected else ""
+    def decode(self, ids: list[int]) -> str:
+        """The text of `ids`, special tokens (`<|im_end|>`) written out (the inspector names them)."""
+        return self.model.tokenizer.decode(ids)
 
     def detokenizer(self) -> Detokenizer:
         return Detokenizer.of(self.model)

@@ -97,7 +97,7 @@ class LetterTokenizer:
     def encode(self, text: str) -> list[int]:
         return [ord(c) % 26 for c in text]
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: list[int]) -> str:
         return "".join(chr(ord("a") + i % 26) for i in ids)
 
     def get_vocab(self) -> dict:

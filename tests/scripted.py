@@ -156,7 +156,7 @@ class ScriptedSession(ChatSession):
     def stream(self, ids, sampling, proposer):
         return ScriptedGeneration(proposer, self.accepts, self.gate if self.stepwise else None)
 
-    def decode(self, ids, specials=True):
+    def decode(self, ids):
         return "".join(self.vocab[i] for i in ids)
 
     def detokenizer(self) -> Detokenizer:
