@@ -66,13 +66,7 @@ def main() -> None:
         clock = Clock(trainer.device)
         batch = trainer._next_batch()
         clock.mark("start")
-        cut = [x.ids[: args.max_length] for x in batch]
-        ids = torch.zeros(len(batch), max(map(len, cut)), dtype=torch.long)
-        mask = torch.zeros(ids.shape)
-        for row, (x, c) in enumerate(zip(batch, cut)):
-            ids[row, : len(c)] = torch.tensor(c)
-            mask[row, x.reply_start : len(c)] = 1.0
-        ids, mask = ids.to(trainer.device), mask.to(trainer.device)
+        ids, mask = trainer.padded(batch)
         clock.mark("host: batch")
         states = batch_states(target, ids)
         clock.mark("target states")

@@ -234,6 +234,11 @@ class Trainer:
 
     def _tensors(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample."""
+        ids, loss_mask = self.padded(batch)
+        return ids, loss_mask, batch_states(self.target, ids)
+
+    def padded(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids and loss mask [b, S] on the device, each sample cut at max_length and right-padded."""
         cut = [x.ids[: self.settings.max_length] for x in batch]
         length = max(len(c) for c in cut)
         ids = torch.zeros(len(batch), length, dtype=torch.long)
@@ -241,5 +246,4 @@ class Trainer:
         for row, (sample, c) in enumerate(zip(batch, cut, strict=True)):
             ids[row, : len(c)] = torch.tensor(c)
             loss_mask[row, sample.reply_start : len(c)] = 1.0
-        ids = ids.to(self.device)
-        return ids, loss_mask.to(self.device), batch_states(self.target, ids)
+        return ids.to(self.device), loss_mask.to(self.device)
