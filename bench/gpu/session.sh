@@ -75,7 +75,7 @@ adaptive-steps)
   timeout 590 python3 bench/gpu/adaptive_steps.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps.txt"
   ;;
 inspector)
-  for round in 1 2; do
+  for round in $(seq 1 "${ROUNDS:-2}"); do
     timeout 280 python3 bench/gpu/inspector.py --label "new, round $round" 2>&1 | grep -v "Warn\|warn" \
       | tee -a "$OUT/inspector.txt"
     [ -d .oldtree ] && (cd .oldtree && PYTHONPATH=/tmp/site:. timeout 280 python3 ../bench/gpu/inspector.py \
