@@ -94,6 +94,21 @@ def test_train_dflash_writes_a_drafter_and_its_data_card_and_resumes(gguf, tmp_p
                  "--max-tokens", "8"]) == 0
 
 
+def test_replies_made_by_another_model_are_refused_in_one_line(gguf, tmp_path, capsys):
+    """A drafter learns its own target's replies: token ids past its vocabulary, or tokens that
+    do not spell the reply's text with its tokenizer, name the file and stop before training."""
+    prompts, replies = write_data(tmp_path)
+    lines = [json.loads(line) for line in replies.read_text().splitlines()]
+    replies.write_text("".join(json.dumps({**line, "tokens": [5, 6, 10**6]}) + "\n" for line in lines))
+    assert train_cli(gguf, prompts, replies, tmp_path / "a", "--steps", "1") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "outside" in err.splitlines()[-1] and "another model" in err.splitlines()[-1]
+    replies.write_text("".join(json.dumps({**line, "response": "not what the tokens say"}) + "\n" for line in lines))
+    assert train_cli(gguf, prompts, replies, tmp_path / "b", "--steps", "1") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "were not made by" in err.splitlines()[-1]
+
+
 def test_a_target_too_large_for_this_machine_is_refused_in_one_line(monkeypatch):
     from engine import EngineError
 

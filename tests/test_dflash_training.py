@@ -26,6 +26,7 @@ from engine.speculation.proposers.dflash.training.blocks import (
 )
 from engine.speculation.proposers.dflash.training.evaluate import measure_tau
 from engine.speculation.proposers.dflash.training.forward import batch_states, drafter_hidden, target_states
+from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
 from tests.conftest import tiny_config
 
@@ -239,3 +240,45 @@ def test_a_drafter_of_any_depth_reads_the_five_target_layers(layers):
     target = random_model(tiny_config("qwen2", vocab=32, num_layers=28), seed=0, max_context=64)
     cfg = drafter_config(target, num_layers=layers)
     assert list(cfg.target_layer_ids) == [1, 7, 13, 19, 25] and cfg.shape.num_layers == layers
+
+
+def test_an_epoch_takes_every_sample_once_in_batches_of_like_lengths():
+    """A batch is padded to its longest sample: the epoch's batches group similar lengths (far
+    less padding than a plain shuffle), every sample comes once, and the order is the seed's."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(50, 2048, (1000,), generator=g).tolist()
+    order = epoch_order(lengths, 8, seed=0, epoch=0)
+    assert sorted(order) == list(range(1000))
+    assert order == epoch_order(lengths, 8, seed=0, epoch=0) != epoch_order(lengths, 8, seed=0, epoch=1)
+
+    def padded(o):
+        return sum(8 * max(lengths[i] for i in o[s : s + 8]) for s in range(0, len(o), 8))
+
+    shuffled = torch.randperm(1000, generator=g).tolist()
+    assert padded(order) < 0.7 * padded(shuffled)
+    first_batches = [max(lengths[i] for i in order[s : s + 8]) for s in range(0, 80, 8)]
+    assert first_batches != sorted(first_batches)  # the batches themselves come in no length order
+
+
+def test_the_loss_made_in_chunks_is_the_loss_made_at_once(corpus, monkeypatch):
+    """The blocks' logits are made a chunk at a time and again in the backward pass: the loss,
+    tau and every gradient are those of one pass over all of them."""
+    from engine.speculation.proposers.dflash.training import forward
+
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(), "/tmp/unused-chunks")
+    monkeypatch.setattr(target, "state_layers", trainer.drafter.state_layers)
+    ids, mask, states = trainer._tensors(samples[:4])
+    blocks = sample_anchors(mask, 24, torch.Generator().manual_seed(0))
+    results = []
+    for rows in (10**6, 37):
+        monkeypatch.setattr(forward, "LOSS_ROWS", rows)
+        trainer.drafter.zero_grad()
+        loss, tau = forward.block_loss(trainer.drafter, target, states, ids, mask, blocks, 7.0)
+        loss.backward()
+        results.append((loss.detach(), tau, [p.grad.clone() for p in trainer.drafter.parameters()]))
+    (whole, tau_whole, grads_whole), (chunked, tau_chunked, grads_chunked) = results
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
+    assert tau_chunked == tau_whole
+    for a, b in zip(grads_whole, grads_chunked, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)

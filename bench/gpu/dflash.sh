@@ -10,8 +10,10 @@
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
 #   data-carried           the replies of an earlier `data`, carried in bench/dflash-data/*.jsonl.gz
-#   profile                where a training step's time goes (2 layers; batch 4 and 8), before training
-#   train LAYERS MINUTES   train a LAYERS-layer drafter for MINUTES (rerun the line to resume)
+#   profile                where a training step's time goes (2 layers; batch 8, 16, 32; the
+#                          largest CUDA kernels of batch 16), before training
+#   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
+#                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
 #   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15, greedy and sampled) with it
@@ -47,18 +49,19 @@ data-carried)
   wc -l $DATA/*.jsonl
   ;;
 profile)
-  for batch in 4 8; do
+  for batch in 8 16 32; do
+    trace=""; [ "$batch" = 16 ] && trace="--trace 12"
     timeout 200 python3 bench/gpu/dflash_step_profile.py $name $DATA/prompts.jsonl $DATA/greedy.jsonl \
-      --layers 2 --batch-size $batch --anchors 256 --steps 10 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -9
+      --layers 2 --batch-size $batch --anchors 256 --steps 10 $trace 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -24
   done
   ;;
 train)
-  layers=${2:-2}; minutes=${3:-9}
+  layers=${2:-2}; minutes=${3:-9}; batch=${4:-16}; lr=${5:-6e-4}
   dir=$(drafter "$layers")
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
   timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
     --prompts $DATA/prompts.jsonl --replies $DATA/greedy.jsonl $DATA/sampled.jsonl \
-    --minutes "$minutes" --checkpoint-minutes 3 --batch-size 4 --anchors 256 $resume 2>&1 \
+    --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
   cp "$dir/training/history.json" "$OUT/history-l$layers.json"; cp "$dir/DATA.md" "$OUT/"
   ;;

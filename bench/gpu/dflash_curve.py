@@ -31,7 +31,10 @@ def main() -> None:
     for path in args.histories:
         run = json.loads(Path(path).read_text())
         rows = run["history"]
-        label = f"{run['settings']['num_layers']} layers"
+        settings = run["settings"]
+        label = f"{settings['num_layers']} layers, batch {settings['batch_size']}"
+        if label in runs:  # two runs of one size: the file tells them apart
+            label += f" ({Path(path).parent.name}/{Path(path).stem})"
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
                        "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows])}
     for label, run in runs.items():

@@ -53,6 +53,8 @@ def main() -> None:
     p.add_argument("--anchors", type=int, default=256)
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--trace", type=int, default=0, metavar="N",
+                   help="after the timed steps, profile two more and print the N kernels of most device time")
     args = p.parse_args()
     target = load_model(args.model, max_context=args.max_length + 16)
     samples = read_samples(target, args.prompts, args.replies)[: 64 * args.batch_size]
@@ -93,6 +95,22 @@ def main() -> None:
         print(f"  {n:<28}{ms:8.2f} ms  {100 * ms / total:5.1f} %")
     if torch.cuda.is_available():
         print(f"  peak memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    if args.trace:
+        kernels(trainer, args.trace)
+
+
+def kernels(trainer: Trainer, count: int) -> None:
+    """The kernels that take the most device time over two whole training steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if trainer.device.type == "cuda" else [])
+    with profile(activities=activities) as trace:
+        for _ in range(2):
+            trainer.step()
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if trainer.device.type == "cuda" else "self_cpu_time_total"
+    print(trace.key_averages().table(sort_by=key, row_limit=count, max_name_column_width=60))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from engine.network.decoder import rope, rope_tables
 from engine.speculation.proposers.dflash.network import DFlashDrafter
@@ -120,16 +121,37 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
 def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
                loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, float]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
-    expected tokens per step (tau) their greedy drafts would give."""
+    expected tokens per step (tau) their greedy drafts would give.
+
+    The logits are made LOSS_ROWS block positions at a time and not kept for the backward pass,
+    which makes them again: the whole batch's (256 blocks of 15 positions a sample, over a
+    150 K vocabulary, in float32) would take about 6 GB a sample, and room for larger batches
+    is worth more than a second lm_head pass."""
     bs = drafter.config.block_size
     b, n = blocks.anchors.shape
     hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks)
     hidden = hidden.view(b, n, bs, -1)[:, :, 1:]  # position 0 holds the anchor: nothing to predict
-    logits = target.decoder.lm_head(hidden).float()  # [b, N, B-1, V]
     wanted, counted = labels(ids, loss_mask, blocks, bs)
-    weights = position_weights(bs, gamma, ids.device) * counted
-    loss = F.cross_entropy(logits.flatten(0, 2), wanted.flatten(), reduction="none")
-    loss = (loss * weights.flatten()).sum() / weights.sum().clamp(min=1e-6)
-    correct = (logits.detach().argmax(-1) == wanted) & counted
-    return loss, expected_accepted(correct, blocks.keep)
+    weights = (position_weights(bs, gamma, ids.device) * counted).flatten()
+    rows, targets = hidden.flatten(0, 2), wanted.flatten()
+    lm_head = target.decoder.lm_head
+    total, right = hidden.new_zeros((), dtype=torch.float32), []
+    for start in range(0, len(rows), LOSS_ROWS):
+        part = slice(start, start + LOSS_ROWS)
+        loss, hits = checkpoint(weighted_cross_entropy, lm_head, rows[part], targets[part], weights[part],
+                                use_reentrant=False)
+        total = total + loss
+        right.append(hits)
+    correct = torch.cat(right).view_as(wanted) & counted
+    return total / weights.sum().clamp(min=1e-6), expected_accepted(correct, blocks.keep)
 
+
+LOSS_ROWS = 8192  # block positions whose logits exist at once (2.5 GB of float32 at 150 K tokens)
+
+
+def weighted_cross_entropy(lm_head, hidden: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weighted sum of the rows' cross-entropy, and where their argmax is the target."""
+    logits = lm_head(hidden).float()
+    loss = (F.cross_entropy(logits, targets, reduction="none") * weights).sum()
+    return loss, logits.detach().argmax(-1) == targets

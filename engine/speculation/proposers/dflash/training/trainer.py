@@ -25,6 +25,7 @@ from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.checkpoint import load_checkpoint, save_checkpoint
 from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
+from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 
 CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
@@ -109,6 +110,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=settings.learning_rate,
                                            weight_decay=settings.weight_decay, betas=(0.9, 0.95))
         self.state = RunState(total=settings.steps or self._epoch_steps())
+        self._epoch_order: tuple[int, list[int]] = (-1, [])
         if checkpoint is not None:
             self._restore(checkpoint)
 
@@ -220,17 +222,23 @@ class Trainer:
         return StepReport(state.step, state.total, float(loss.detach()), tau, state.samples, state.tokens, state.seconds, lr)
 
     def _next_batch(self) -> list[Sample]:
-        """The next samples in this epoch's fixed order (a new order each epoch, from the seed)."""
+        """The next samples in this epoch's fixed order (a new order each epoch, from the seed,
+        its batches of similar lengths: order.py)."""
         s, state = self.settings, self.state
         batch = []
         while len(batch) < s.batch_size:
-            order = torch.randperm(len(self.samples), generator=torch.Generator().manual_seed(s.seed * 7919 + state.epoch))
-            take = order[state.position : state.position + s.batch_size - len(batch)].tolist()
+            take = self._order(state.epoch)[state.position : state.position + s.batch_size - len(batch)]
             batch += [self.samples[i] for i in take]
             state.position += len(take)
             if state.position >= len(self.samples):
                 state.epoch, state.position = state.epoch + 1, 0
         return batch
+
+    def _order(self, epoch: int) -> list[int]:
+        if self._epoch_order[0] != epoch:
+            lengths = [min(len(x.ids), self.settings.max_length) for x in self.samples]
+            self._epoch_order = (epoch, epoch_order(lengths, self.settings.batch_size, self.settings.seed, epoch))
+        return self._epoch_order[1]
 
     def _tensors(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample."""
