@@ -64,11 +64,12 @@ train)
     --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
   cp "$dir/training/history.json" "$OUT/history-l$layers.json"; cp "$dir/DATA.md" "$OUT/"
+  cp "$dir/training/history.json" "$DATA/history-l$layers.json"  # for eval's chart, a call later
   ;;
 eval)
   dirs=$(ls -d "$SPECCHAT_CACHE/$name"/dflash-l* 2>/dev/null)
   timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl --json "$OUT/tau.json"
-  python3 bench/gpu/dflash_curve.py "$OUT"/history-l*.json --out "$OUT/dflash-training.png"
+  python3 bench/gpu/dflash_curve.py $DATA/history-l*.json --out "$OUT/dflash-training.png"
   ;;
 bench)
   for prompt in edit explain; do
