@@ -110,10 +110,14 @@ def add_train_arguments(p) -> None:
     p.add_argument("--epochs", type=int, default=None,
                    help="passes over the data (default: one, or as many as --minutes allows)")
     p.add_argument("--steps", type=int, default=None, help="total steps (default: the epochs, or the budget)")
-    p.add_argument("--batch-size", type=int, default=4, help="samples per step (default 4)")
+    p.add_argument("--batch-size", type=int, default=8,
+                   help="samples per step (default 8: on the H200 it learnt as much per sample as 4, at 1.2x the samples/s)")
     p.add_argument("--anchors", type=int, default=256, help="blocks per sample per step (default 256)")
     p.add_argument("--max-length", type=int, default=2048, help="tokens per sample; longer ones are cut")
     p.add_argument("--learning-rate", type=float, default=6e-4)
+    p.add_argument("--standardize-features", action="store_true",
+                   help="train fc on the target's states scaled to unit RMS per channel (folded into the "
+                        "written weights)")
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")

@@ -136,9 +136,10 @@ def settings(**kw):
     return TrainSettings(**{**base, **kw})
 
 
-def test_a_short_run_learns_to_draft_the_targets_replies(corpus, tmp_path):
+@pytest.mark.parametrize("standardize", [False, True])
+def test_a_short_run_learns_to_draft_the_targets_replies(corpus, tmp_path, standardize):
     target, samples, held_out = corpus
-    trainer = Trainer(target, samples, settings(), tmp_path / "drafter")
+    trainer = Trainer(target, samples, settings(standardize_features=standardize), tmp_path / "drafter")
     trainer.checkpoint()  # the untrained drafter, as it starts
     before = measure_tau(target, load_drafter(str(tmp_path / "drafter"), target), held_out, 40, stop_ids=[])
     losses = []
@@ -155,12 +156,14 @@ def test_a_short_run_learns_to_draft_the_targets_replies(corpus, tmp_path):
         assert drafted.tokens == plain.tokens
 
 
-def test_a_resumed_run_reaches_the_uninterrupted_runs_weights(corpus, tmp_path):
+@pytest.mark.parametrize("standardize", [False, True])
+def test_a_resumed_run_reaches_the_uninterrupted_runs_weights(corpus, tmp_path, standardize):
     target, samples, _ = corpus
-    whole = Trainer(target, samples, settings(steps=12), tmp_path / "whole")
+    whole = Trainer(target, samples, settings(steps=12, standardize_features=standardize), tmp_path / "whole")
     whole.run()
-    Trainer(target, samples, settings(steps=12), tmp_path / "parts").run(stop_after=5)
-    resumed = Trainer(target, samples, settings(steps=12), tmp_path / "parts", resume=True)
+    Trainer(target, samples, settings(steps=12, standardize_features=standardize), tmp_path / "parts").run(stop_after=5)
+    resumed = Trainer(target, samples, settings(steps=12, standardize_features=standardize), tmp_path / "parts",
+                      resume=True)
     assert resumed.state.step == 5
     resumed.run()
     assert [h[3:] for h in resumed.state.history] == [h[3:] for h in whole.state.history]  # loss, tau
@@ -282,3 +285,24 @@ def test_the_loss_made_in_chunks_is_the_loss_made_at_once(corpus, monkeypatch):
     assert tau_chunked == tau_whole
     for a, b in zip(grads_whole, grads_chunked, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_drafter_trained_on_standardized_states_is_written_to_read_raw_ones(corpus, tmp_path, monkeypatch):
+    """With standardized features the run trains fc on the states divided by each channel's RMS;
+    the written drafter has that folded into fc, so it computes, from the raw states every loader
+    gives it, what the run computed from the scaled ones."""
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(steps=3, standardize_features=True), tmp_path / "d")
+    trainer.run()
+    scale = trainer.feature_scale
+    assert scale is not None and scale.shape == (len(trainer.drafter.state_layers) * target.config.hidden_size,)
+    assert scale.max() / scale.min() > 2  # the channels' scales differ: the fold is not a no-op
+    written = load_drafter(str(tmp_path / "d"), target)
+    monkeypatch.setattr(target, "state_layers", trainer.drafter.state_layers)
+    ids, mask, _ = trainer._tensors(samples[:3])
+    raw = batch_states(target, ids)
+    blocks = sample_anchors(mask, 6, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        trained = drafter_hidden(trainer.drafter, target.decoder.embed_tokens, raw / scale, ids, blocks)
+        served = drafter_hidden(written, target.decoder.embed_tokens, raw, ids, blocks)
+    torch.testing.assert_close(served, trained, atol=2e-4, rtol=1e-3)

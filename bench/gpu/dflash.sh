@@ -13,7 +13,9 @@
 #   profile                where a training step's time goes (2 layers; batch 8, 16, 32; the
 #                          largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
-#                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume
+#                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume.
+#                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
+#                          passes more train-dflash options (EXTRA=--standardize-features)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
 #   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15, greedy and sampled) with it
@@ -27,7 +29,7 @@ fi
 export PYTHONPATH=/tmp/site:.
 name=qwen2.5-coder-1.5b
 DATA=/root/stage/data
-drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1"; }
+drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
 case "$1" in
 data)
   seconds=${2:-200}
@@ -61,10 +63,10 @@ train)
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
   timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
     --prompts $DATA/prompts.jsonl --replies $DATA/greedy.jsonl $DATA/sampled.jsonl \
-    --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 $resume 2>&1 \
+    --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
-  cp "$dir/training/history.json" "$OUT/history-l$layers.json"; cp "$dir/DATA.md" "$OUT/"
-  cp "$dir/training/history.json" "$DATA/history-l$layers.json"  # for eval's chart, a call later
+  cp "$dir/training/history.json" "$OUT/history-l$layers${TAG:-}.json"; cp "$dir/DATA.md" "$OUT/"
+  cp "$dir/training/history.json" "$DATA/history-l$layers${TAG:-}.json"  # for eval's chart, a call later
   ;;
 eval)
   dirs=$(ls -d "$SPECCHAT_CACHE/$name"/dflash-l* 2>/dev/null)

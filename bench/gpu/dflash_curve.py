@@ -32,7 +32,9 @@ def main() -> None:
         run = json.loads(Path(path).read_text())
         rows = run["history"]
         settings = run["settings"]
-        label = f"{settings['num_layers']} layers, batch {settings['batch_size']}"
+        label = f"{settings['num_layers']} layers, batch {settings['batch_size']}, lr {settings['learning_rate']:g}"
+        if settings.get("standardize_features"):
+            label += ", standardized"
         if label in runs:  # two runs of one size: the file tells them apart
             label += f" ({Path(path).parent.name}/{Path(path).stem})"
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],

@@ -122,15 +122,23 @@ def drafter_config(target, num_layers: int = 5, block_size: int = 16, mask_token
     )
 
 
-def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16,
+                 feature_scale: torch.Tensor | None = None) -> Path:
     """Write a drafter in z-lab's format: config.json and model.safetensors under z-lab's names
     (what `load_drafter`, z-lab's model class, vLLM and SGLang read). The file is written under
-    another name and renamed, so a reader never finds half of it."""
+    another name and renamed, so a reader never finds half of it.
+
+    feature_scale [n * H], in fc's input order: a drafter trained on the target's states divided
+    by it is written with fc's columns divided by it, so it reads the raw states as every
+    loader gives them and computes the same function."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.to(dtype) for k, v in drafter.zlab_state().items()}
+    state = drafter.zlab_state()
+    if feature_scale is not None:
+        state["fc.weight"] = state["fc.weight"].float() / feature_scale.to(state["fc.weight"].device)[None, :]
+    tensors = {k: v.to(dtype) for k, v in state.items()}
     save_file(tensors, str(directory / "model.safetensors.partial"))
     os.replace(directory / "model.safetensors.partial", directory / "model.safetensors")
     (directory / "config.json").write_text(json.dumps(drafter.config.to_zlab(), indent=2))

@@ -57,6 +57,11 @@ class TrainSettings:
     seed: int = 0
     mask_token_id: int | None = None
     init_std: float = 0.02
+    # train fc on the target's states divided by each channel's RMS (measured on the first batch)
+    # and fold that into fc when writing: the states' channels differ by hundreds of times (a few
+    # carry massive activations), and Adam moves every weight by about the same step, so without
+    # it the loud channels' weights swing while the quiet ones' barely move
+    standardize_features: bool = False
 
 
 @dataclass
@@ -111,6 +116,7 @@ class Trainer:
                                            weight_decay=settings.weight_decay, betas=(0.9, 0.95))
         self.state = RunState(total=settings.steps or self._epoch_steps())
         self._epoch_order: tuple[int, list[int]] = (-1, [])
+        self.feature_scale: torch.Tensor | None = None  # [n * H] in the target's state order
         if checkpoint is not None:
             self._restore(checkpoint)
 
@@ -135,14 +141,16 @@ class Trainer:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.generator.set_state(checkpoint["generator"])
         self.state = RunState(**checkpoint["run"])
+        scale = checkpoint.get("feature_scale")
+        self.feature_scale = None if scale is None else scale.to(self.device)
 
     def checkpoint(self) -> None:
         save_checkpoint(self.out / CHECKPOINTS, {
             "settings": asdict(self.settings), "drafter": self.drafter.state_dict(),
             "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-            "run": asdict(self.state),
+            "run": asdict(self.state), "feature_scale": self.feature_scale,
         })
-        save_drafter(self.drafter, self.out, self.target.dtype)
+        save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale())
         # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau] rows
         (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
             {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history}))
@@ -241,9 +249,22 @@ class Trainer:
         return self._epoch_order[1]
 
     def _tensors(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample."""
+        """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample
+        (divided by the feature scale where the run standardizes them)."""
         ids, loss_mask = self.padded(batch)
-        return ids, loss_mask, batch_states(self.target, ids)
+        states = batch_states(self.target, ids)
+        if not self.settings.standardize_features:
+            return ids, loss_mask, states
+        if self.feature_scale is None:
+            self.feature_scale = channel_rms([min(len(x.ids), self.settings.max_length) for x in batch], states)
+        return ids, loss_mask, states / self.feature_scale.to(states.dtype)
+
+    def fc_scale(self) -> torch.Tensor | None:
+        """The feature scale in the order fc reads the target's layers (the config's)."""
+        if self.feature_scale is None:
+            return None
+        n = len(self.drafter.state_layers)
+        return self.feature_scale.view(n, -1)[self.drafter.state_order].flatten()
 
     def padded(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
         """ids and loss mask [b, S] on the device, each sample cut at max_length and right-padded."""
@@ -255,3 +276,14 @@ class Trainer:
             ids[row, : len(c)] = torch.tensor(c)
             loss_mask[row, sample.reply_start : len(c)] = 1.0
         return ids.to(self.device), loss_mask.to(self.device)
+
+
+def channel_rms(lengths: list[int], states: torch.Tensor) -> torch.Tensor:
+    """Each channel's RMS over a batch's real tokens [n * H], the first token of each sequence
+    left out (it carries the massive activations that would set the scale of a few channels),
+    floored so that no channel is raised more than a hundredfold."""
+    lengths = torch.tensor(lengths, device=states.device)
+    real = torch.arange(states.shape[1], device=states.device)[None, :] < lengths[:, None]
+    real[:, 0] = False
+    rows = states[real].float()
+    return rows.pow(2).mean(0).sqrt().clamp(min=1e-2)
