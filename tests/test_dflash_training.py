@@ -19,6 +19,7 @@ from engine.speculation.proposers.dflash.files import drafter_config
 from engine.speculation.proposers.dflash.network import DFlashDrafter, zlab_weight_shapes
 from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
+    accepted_at,
     attention_mask,
     expected_accepted,
     labels,
@@ -102,6 +103,8 @@ def test_expected_accepted_counts_the_run_of_right_drafts():
     correct = torch.tensor([[[True, True, False, True], [False, True, True, True]]])
     assert expected_accepted(correct, torch.tensor([[True, True]])) == pytest.approx(1 + (2 + 0) / 2)
     assert expected_accepted(correct, torch.tensor([[True, False]])) == pytest.approx(3.0)
+    # the acceptance curve: block 1 survives positions 1-2, block 2 none
+    assert accepted_at(correct, torch.tensor([[True, True]])) == pytest.approx([0.5, 0.5, 0.0, 0.0])
 
 
 def looping_target():
@@ -277,12 +280,12 @@ def test_the_loss_made_in_chunks_is_the_loss_made_at_once(corpus, monkeypatch):
     for rows in (10**6, 37):
         monkeypatch.setattr(forward, "LOSS_ROWS", rows)
         trainer.drafter.zero_grad()
-        loss, tau = forward.block_loss(trainer.drafter, target, states, ids, mask, blocks, 7.0)
+        loss, accepted = forward.block_loss(trainer.drafter, target, states, ids, mask, blocks, 7.0)
         loss.backward()
-        results.append((loss.detach(), tau, [p.grad.clone() for p in trainer.drafter.parameters()]))
-    (whole, tau_whole, grads_whole), (chunked, tau_chunked, grads_chunked) = results
+        results.append((loss.detach(), accepted, [p.grad.clone() for p in trainer.drafter.parameters()]))
+    (whole, curve_whole, grads_whole), (chunked, curve_chunked, grads_chunked) = results
     torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=1e-5)
-    assert tau_chunked == tau_whole
+    assert curve_chunked == curve_whole
     for a, b in zip(grads_whole, grads_chunked, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 

@@ -38,7 +38,8 @@ def main() -> None:
         if label in runs:  # two runs of one size: the file tells them apart
             label += f" ({Path(path).parent.name}/{Path(path).stem})"
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
-                       "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows])}
+                       "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows]),
+                       "curves": [r[5] for r in rows if len(r) > 5]}
     for label, run in runs.items():
         print(f"{label}: {run['samples'][-1]} samples in {run['minutes'][-1]:.1f} min")
         marks = [next((i for i, m in enumerate(run["minutes"]) if m >= minute), len(run["minutes"]) - 1)
@@ -46,6 +47,10 @@ def main() -> None:
         for i in dict.fromkeys(marks):
             print(f"  {run['minutes'][i]:5.1f} min  {run['samples'][i]:6d} samples  loss {run['loss'][i]:.3f}"
                   f"  tau {run['tau'][i]:.2f}")
+        if run["curves"]:  # where the drafts go wrong: each position's survival, over the last 50 steps
+            last = run["curves"][-50:]
+            survival = [sum(c[i] for c in last) / len(last) for i in range(len(last[0]))]
+            print("  drafts 1..i all right, last 50 steps: " + " ".join(f"{a:.2f}" for a in survival))
     try:
         import matplotlib
 

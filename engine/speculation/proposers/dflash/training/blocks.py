@@ -90,6 +90,12 @@ def expected_accepted(correct: torch.Tensor, keep: torch.Tensor) -> float:
     """Mean tokens per step a block's greedy drafts would give (tau, the bonus included): the
     run of correct drafts from position 1, plus one, averaged over kept blocks.
     correct [b, N, B-1] bool, keep [b, N]."""
-    run = correct.int().cumprod(dim=-1).sum(dim=-1).float()  # [b, N]
-    kept = keep.float()
-    return float(1.0 + (run * kept).sum() / kept.sum().clamp(min=1.0))
+    return 1.0 + sum(accepted_at(correct, keep))
+
+
+def accepted_at(correct: torch.Tensor, keep: torch.Tensor) -> list[float]:
+    """For each block position i = 1..B-1, the share of kept blocks whose drafts 1..i are all
+    right: the acceptance curve a verify step would see, whose sum plus one is tau."""
+    run = correct.int().cumprod(dim=-1).float()  # [b, N, B-1]
+    kept = keep.float()[:, :, None]
+    return ((run * kept).sum(dim=(0, 1)) / kept.sum().clamp(min=1.0)).tolist()

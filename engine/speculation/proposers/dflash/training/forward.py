@@ -18,10 +18,10 @@ from engine.network.decoder import rope, rope_tables
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
+    accepted_at,
     attention_mask,
     block_ids,
     block_positions,
-    expected_accepted,
     labels,
     position_weights,
 )
@@ -119,9 +119,9 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
 
 
 def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
-               loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, float]:
+               loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, list[float]]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
-    expected tokens per step (tau) their greedy drafts would give.
+    acceptance curve of their greedy drafts (blocks.accepted_at: tau is one plus its sum).
 
     The logits are made LOSS_ROWS block positions at a time and not kept for the backward pass,
     which makes them again: the whole batch's (256 blocks of 15 positions a sample, over a
@@ -143,7 +143,7 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
         total = total + loss
         right.append(hits)
     correct = torch.cat(right).view_as(wanted) & counted
-    return total / weights.sum().clamp(min=1e-6), expected_accepted(correct, blocks.keep)
+    return total / weights.sum().clamp(min=1e-6), accepted_at(correct, blocks.keep)
 
 
 LOSS_ROWS = 8192  # block positions whose logits exist at once (2.5 GB of float32 at 150 K tokens)

@@ -70,6 +70,7 @@ class StepReport:
     total: int
     loss: float
     tau: float  # expected tokens per step of this step's blocks (greedy drafts)
+    accepted_at: list[float]  # per block position, the share of blocks whose drafts up to it are right
     samples: int  # seen since the start, resumed runs included
     tokens: int
     seconds: float  # training time since the start
@@ -151,7 +152,8 @@ class Trainer:
             "run": asdict(self.state), "feature_scale": self.feature_scale,
         })
         save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale())
-        # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau] rows
+        # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau,
+        # acceptance curve] rows
         (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
             {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history}))
 
@@ -174,7 +176,8 @@ class Trainer:
                 state.seconds += time.perf_counter() - started
                 report.seconds = state.seconds
                 state.history.append([report.step, report.samples, round(report.seconds, 2),
-                                      round(report.loss, 4), round(report.tau, 3)])
+                                      round(report.loss, 4), round(report.tau, 3),
+                                      [round(a, 3) for a in report.accepted_at]])
                 report.total = self._estimated_total()
                 if on_step is not None:
                     on_step(report)
@@ -219,7 +222,7 @@ class Trainer:
             group["lr"] = lr
         autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with autocast:
-            loss, tau = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma)
+            loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), s.clip)
@@ -227,7 +230,8 @@ class Trainer:
         state.step += 1
         state.samples += len(batch)
         state.tokens += sum(len(x.ids) for x in batch)
-        return StepReport(state.step, state.total, float(loss.detach()), tau, state.samples, state.tokens, state.seconds, lr)
+        return StepReport(state.step, state.total, float(loss.detach()), 1.0 + sum(accepted), accepted,
+                          state.samples, state.tokens, state.seconds, lr)
 
     def _next_batch(self) -> list[Sample]:
         """The next samples in this epoch's fixed order (a new order each epoch, from the seed,
