@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine import (
     DFlashProposer,
@@ -26,7 +27,13 @@ from engine.speculation.proposers.dflash.training.blocks import (
     sample_anchors,
 )
 from engine.speculation.proposers.dflash.training.evaluate import measure_tau
-from engine.speculation.proposers.dflash.training.forward import batch_states, drafter_hidden, target_states
+from engine.speculation.proposers.dflash.training.forward import (
+    batch_states,
+    block_loss,
+    drafter_hidden,
+    target_states,
+)
+from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
 from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
 from tests.conftest import tiny_config
@@ -266,10 +273,29 @@ def test_an_epoch_takes_every_sample_once_in_batches_of_like_lengths():
     assert first_batches != sorted(first_batches)  # the batches themselves come in no length order
 
 
-def test_the_loss_made_in_chunks_is_the_loss_made_at_once(corpus, monkeypatch):
-    """The blocks' logits are made a chunk at a time and again in the backward pass: the loss,
-    tau and every gradient are those of one pass over all of them."""
-    from engine.speculation.proposers.dflash.training import forward
+def test_the_loss_made_in_chunks_is_autograds_cross_entropy():
+    """lm_head and the weighted cross-entropy in one step that keeps no logits: its loss, its
+    argmax hits and its gradient are autograd's over the whole matrix, whatever the chunk."""
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(50, 16, generator=g, requires_grad=True)
+    weight = torch.randn(40, 16, generator=g)
+    targets = torch.randint(0, 40, (50,), generator=g)
+    weights = torch.rand(50, generator=g) * (torch.rand(50, generator=g) > 0.2)
+    logits = hidden @ weight.T
+    expected = (F.cross_entropy(logits, targets, reduction="none") * weights).sum()
+    (expected_grad,) = torch.autograd.grad(expected, hidden)
+    for chunk in (7, 50, 1000):
+        loss, hits = linear_cross_entropy(hidden, weight, targets, weights, chunk_rows=chunk)
+        (grad,) = torch.autograd.grad(2.0 * loss, hidden)
+        torch.testing.assert_close(loss, expected.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(grad, 2.0 * expected_grad, atol=1e-5, rtol=1e-5)
+        assert torch.equal(hits, logits.argmax(-1) == targets)
+
+
+def test_a_training_step_is_the_same_in_any_chunking(corpus, monkeypatch):
+    """The blocks' loss, acceptance curve and every drafter gradient do not depend on how many
+    rows of logits exist at once."""
+    from engine.speculation.proposers.dflash.training import linear_loss
 
     target, samples, _ = corpus
     trainer = Trainer(target, samples, settings(), "/tmp/unused-chunks")
@@ -278,9 +304,9 @@ def test_the_loss_made_in_chunks_is_the_loss_made_at_once(corpus, monkeypatch):
     blocks = sample_anchors(mask, 24, torch.Generator().manual_seed(0))
     results = []
     for rows in (10**6, 37):
-        monkeypatch.setattr(forward, "LOSS_ROWS", rows)
+        monkeypatch.setattr(linear_loss, "CHUNK_ROWS", rows)
         trainer.drafter.zero_grad()
-        loss, accepted = forward.block_loss(trainer.drafter, target, states, ids, mask, blocks, 7.0)
+        loss, accepted = block_loss(trainer.drafter, target, states, ids, mask, blocks, 7.0)
         loss.backward()
         results.append((loss.detach(), accepted, [p.grad.clone() for p in trainer.drafter.parameters()]))
     (whole, curve_whole, grads_whole), (chunked, curve_chunked, grads_chunked) = results

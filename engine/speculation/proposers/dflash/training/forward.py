@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
+from engine.errors import EngineError
 from engine.network.decoder import rope, rope_tables
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import (
@@ -25,6 +25,7 @@ from engine.speculation.proposers.dflash.training.blocks import (
     labels,
     position_weights,
 )
+from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
 
 
 @torch.no_grad()
@@ -122,36 +123,16 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
                loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, list[float]]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
     acceptance curve of their greedy drafts (blocks.accepted_at: tau is one plus its sum).
-
-    The logits are made LOSS_ROWS block positions at a time and not kept for the backward pass,
-    which makes them again: the whole batch's (256 blocks of 15 positions a sample, over a
-    150 K vocabulary, in float32) would take about 6 GB a sample, and room for larger batches
-    is worth more than a second lm_head pass."""
+    The logits go through linear_loss.py, which never keeps them (gigabytes a sample)."""
     bs = drafter.config.block_size
     b, n = blocks.anchors.shape
     hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks)
     hidden = hidden.view(b, n, bs, -1)[:, :, 1:]  # position 0 holds the anchor: nothing to predict
     wanted, counted = labels(ids, loss_mask, blocks, bs)
     weights = (position_weights(bs, gamma, ids.device) * counted).flatten()
-    rows, targets = hidden.flatten(0, 2), wanted.flatten()
     lm_head = target.decoder.lm_head
-    total, right = hidden.new_zeros((), dtype=torch.float32), []
-    for start in range(0, len(rows), LOSS_ROWS):
-        part = slice(start, start + LOSS_ROWS)
-        loss, hits = checkpoint(weighted_cross_entropy, lm_head, rows[part], targets[part], weights[part],
-                                use_reentrant=False)
-        total = total + loss
-        right.append(hits)
-    correct = torch.cat(right).view_as(wanted) & counted
+    if getattr(lm_head, "bias", None) is not None:
+        raise EngineError("DFlash training expects a target whose lm_head has no bias")
+    total, hits = linear_cross_entropy(hidden.flatten(0, 2), lm_head.weight, wanted.flatten(), weights)
+    correct = hits.view_as(wanted) & counted
     return total / weights.sum().clamp(min=1e-6), accepted_at(correct, blocks.keep)
-
-
-LOSS_ROWS = 8192  # block positions whose logits exist at once (2.5 GB of float32 at 150 K tokens)
-
-
-def weighted_cross_entropy(lm_head, hidden: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The weighted sum of the rows' cross-entropy, and where their argmax is the target."""
-    logits = lm_head(hidden).float()
-    loss = (F.cross_entropy(logits, targets, reduction="none") * weights).sum()
-    return loss, logits.detach().argmax(-1) == targets
