@@ -1,5 +1,7 @@
 """The adaptive policy: which k it takes from given acceptance and costs, and how it follows the text."""
 
+from itertools import pairwise
+
 import pytest
 
 from engine import AUTO, DraftProposer, Proposer, Step
@@ -260,7 +262,7 @@ def test_a_costly_drafter_right_on_its_first_drafts_goes_deeper_step_by_step():
     drafter = DraftLike(first=0.81, chained=0.54)  # the H200's 0.5B draft, in plain steps
     choices = run_drafts(draft_policy(0.85), drafter, 8, lambda k: k)
     drafted = [c.k for c in choices if c.k]
-    for before, after in zip(drafted, drafted[1:]):
+    for before, after in pairwise(drafted):
         assert after <= 2 * before + 1  # no jump to k = 15 on a lucky draft or two
     cheap = Scripted(per_draft=0.0)  # free drafts: as deep as its estimates say at once
     assert max(c.k for c in run(policy(), [cheap], 3, lambda who, k: k)) == 15

@@ -32,10 +32,10 @@ class Scripted(AdaptivePolicy):
         return Choice(draft, k, plain_seconds=1e-3, behind=behind, prompt=behind >= len(context) - 1)
 
 
-def scripted_reply(target, draft_model, max_tokens=len(SCRIPT)):
+def scripted_reply(target, draft_model):
     proposer = DraftProposer(draft_model, k=AUTO)
     policy = Scripted(target)
-    gen = Generation(target, PROMPT, SamplingParams(max_tokens=max_tokens), speculative=proposer, policy=policy)
+    gen = Generation(target, PROMPT, SamplingParams(max_tokens=len(SCRIPT)), speculative=proposer, policy=policy)
     steps = list(gen)[1:]
     return gen, steps, policy, proposer
 

@@ -21,9 +21,20 @@ from __future__ import annotations
 import argparse
 import random
 from dataclasses import replace
+from itertools import pairwise
 
 from engine import AUTO
-from engine.speculation.replay import DRAFT, Machine, Replayed, Shape, agreeing, copying, costs, joined, replay
+from engine.speculation.replay import (
+    DRAFT,
+    Machine,
+    Replayed,
+    Shape,
+    agreeing,
+    copying,
+    costs,
+    joined,
+    replay,
+)
 
 KS = [1, 2, 4, 7, 15]
 LENGTH = 256
@@ -36,7 +47,7 @@ def verify_cost(points: dict[int, float]):
     known = sorted(points)
 
     def cost(n: int) -> float:
-        for lo, hi in zip(known, known[1:]):
+        for lo, hi in pairwise(known):
             if n <= hi:
                 return MS * (points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
         return MS * points[known[-1]]

@@ -251,7 +251,8 @@ class AdaptivePolicy:
         earned = PROBE_SHARE * plain.seconds
         steps = MAX_STEP
         for option in options:
-            short = self.worst_loss(self.probe(option, limit, verify), plain, verify) - option.proposer.estimates.credit
+            asked = self.probe(option, limit, verify)
+            short = self.worst_loss(asked, plain, verify) - option.proposer.estimates.credit
             steps = min(steps, max(1, math.ceil(short / earned)))
         return steps
 

@@ -225,7 +225,8 @@ def run_step(machine: Machine, choice: Choice, context: list[int], rng: random.R
     return Step(tokens=[1] * (accepted + 1), drafts=[1] * drafts, accepted=accepted,
                 kind="plain" if not drafts else ("bonus" if accepted == drafts else "correction"),
                 k=k if who else 0, proposer=who.name if who else "off", propose_s=propose_s,
-                verify_s=machine.verify(drafts + 1) * spread(machine, rng) + stalled(machine, rng), position=position,
+                verify_s=machine.verify(drafts + 1) * spread(machine, rng) + stalled(machine, rng),
+                position=position,
                 gain=choice.gain, probe=choice.probe)
 
 

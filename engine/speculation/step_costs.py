@@ -58,7 +58,8 @@ class CostTable:
             if len(self._seed_list) <= top:
                 self._seed_list = [0.0] + [self.seeded(n) for n in range(1, top + 1)]
             measured, drift, seeds = self.measured, self.drift, self._seed_list
-            self._costs = [0.0] + [measured[n] if n in measured else seeds[n] * drift for n in range(1, top + 1)]
+            self._costs = [0.0] + [measured[n] if n in measured else seeds[n] * drift
+                                   for n in range(1, top + 1)]
         return self._costs
 
     def add(self, n: int, seconds: float) -> None:

@@ -57,7 +57,8 @@ class Proposer:
     max_k_why = ""  # why, when a proposer's own limit is below MAX_K
 
     estimates = None  # what the adaptive policy has learnt of this proposer (k = "auto")
-    bucket_follows_text = False  # whether `bucket` changes with the context (then k "auto" chooses every step)
+    # whether `bucket` changes with the context (then k "auto" chooses afresh every step)
+    bucket_follows_text = False
 
     def __init__(self, k: int | str):
         self.k = check_k(k, self.max_k, self.max_k_why)
