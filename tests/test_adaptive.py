@@ -1,10 +1,12 @@
 """The adaptive policy: which k it takes from given acceptance and costs, and how it follows the text."""
 
+from itertools import pairwise
+
 import pytest
 
 from engine import AUTO, DraftProposer, Proposer, Step
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
-from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k
+from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k, catch_up_key
 from engine.speculation.step_costs import CostTable
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
@@ -67,14 +69,18 @@ def test_best_k_is_the_hand_computed_one():
     def drafting(per_draft):
         return [per_draft * k for k in range(4)]
 
-    # k=1: 1.8 tokens / (0.1 + 1.02) s = 1.607; k=2: 2.2 / (0.2 + 1.04) = 1.774;
-    # k=3: 2.24 / (0.3 + 1.06) = 1.647
-    k, expected, seconds = best_k(tokens, drafting(0.1), verify, range(1, 4))
+    # a second worth a plain step's token: k=1: 1.8 - (0.1 + 1.02) = 0.68; k=2: 2.2 - (0.2 + 1.04)
+    # = 0.96; k=3: 2.24 - (0.3 + 1.06) = 0.88
+    k, expected, seconds = best_k(tokens, drafting(0.1), verify, range(1, 4), 1.0)
     assert (k, expected, seconds) == (2, pytest.approx(2.2), pytest.approx(1.24))
     # free drafting and flat verify cost: every extra draft pays, however unlikely
-    assert best_k(tokens, drafting(0.0), [1.0] * 5, range(1, 4))[0] == 3
+    assert best_k(tokens, drafting(0.0), [1.0] * 5, range(1, 4), 1.0)[0] == 3
     # costly drafting: one draft only
-    assert best_k(tokens, drafting(0.5), verify, range(1, 4))[0] == 1
+    assert best_k(tokens, drafting(0.5), verify, range(1, 4), 1.0)[0] == 1
+    # each draft costs 0.12 s: at 3 tokens a second (the reply has been running at three times
+    # plain decoding's speed) the second draft's 0.4 tokens are worth it (0.36), at 5 not (0.6)
+    assert best_k(tokens, drafting(0.1), verify, range(1, 4), 3.0)[0] == 2
+    assert best_k(tokens, drafting(0.1), verify, range(1, 4), 5.0)[0] == 1
 
 
 def test_acceptance_follows_the_text_and_deep_positions_lean_on_shallow_ones():
@@ -88,6 +94,31 @@ def test_acceptance_follows_the_text_and_deep_positions_lean_on_shallow_ones():
     for _ in range(30):  # good again, but drafted one at a time: position 5 was last seen failing
         acc.record(drafted=1, accepted=1)
     assert acc.rates()[4] > 0.8
+
+
+def test_a_step_the_host_stalled_in_moves_the_cost_of_its_length_little():
+    table = CostTable(verify_cost)
+    for _ in range(20):
+        table.add(1, 1.0)
+    table.add(1, 5.0)  # a collection ran in this one
+    assert table(1) <= 1.05
+    for _ in range(30):  # the machine got slower for good: followed, a step at a time
+        table.add(1, 2.0)
+    assert table(1) > 1.9
+
+
+def test_a_few_drafts_move_the_estimate_less_than_a_reply_of_them():
+    lucky = Acceptance()
+    lucky.record(drafted=1, accepted=1)
+    lucky.record(drafted=1, accepted=1)
+    assert lucky.tokens()[15] < 6  # two drafts kept are not yet a proposer right 15 deep
+    unlucky = Acceptance()
+    unlucky.record(drafted=4, accepted=0)
+    unlucky.record(drafted=4, accepted=0)
+    assert unlucky.rates()[0] > 0.15  # nor two misses one that is never right
+    for _ in range(60):
+        unlucky.record(drafted=4, accepted=0)
+    assert unlucky.rates()[0] < 0.02  # a reply of misses is
 
 
 def test_choice_is_plain_when_drafting_cannot_pay_and_the_best_k_when_it_can():
@@ -143,9 +174,12 @@ class DraftLike(Scripted):
 
     drafting_seed = DraftProposer.drafting_seed
 
+    def behind(self, context) -> int:
+        return self.missed
+
     def cost(self, k: int) -> float:
         missed, self.missed = self.missed, 0
-        return self.first + self.chained * (k - 1) + (self.catch_up if missed else 0.0)
+        return self.first + self.chained * (k - 1) + (self.catch_up if missed > 1 else 0.0)
 
 
 def run_drafts(policy, proposer: DraftLike, steps: int, accept) -> list:
@@ -184,11 +218,51 @@ def test_a_drafter_whose_drafts_are_always_right_drafts_long_and_stays_there(fir
     assert all(c.k >= 7 for c in choices[first_long:])
 
 
-def test_catching_up_after_sitting_out_is_not_taken_for_the_cost_of_drafting():
+def test_catching_up_after_sitting_out_is_learnt_as_such_not_as_the_cost_of_drafting():
     drafter = DraftLike(first=0.3, chained=0.3, catch_up=0.9)
     p = draft_policy(0.3)
-    run_drafts(p, drafter, 400, lambda k: 0)  # sits out nearly every step, missing the tokens
+    out = run_drafts(p, drafter, 400, lambda k: 0)  # sits out nearly every step, missing the tokens
     back = run_drafts(p, drafter, 600, lambda k: k)
     assert all(c.k >= 7 for c in back[-50:])
-    drafting = drafter.estimates.drafting
-    assert drafting(15) == pytest.approx(0.3 * 15, rel=0.1)
+    est = drafter.estimates
+    assert est.drafting(15) == pytest.approx(0.3 * 15, rel=0.1)
+    returns = [c for c in out + back if c.k and c.behind > 1]
+    assert returns  # it did come back after sitting out, and each return paid the catch-up once:
+    assert est.catching_up(returns[-1].behind) == pytest.approx(0.9, rel=0.1)
+
+
+def test_the_cost_of_coming_back_is_part_of_the_choice():
+    drafter = DraftLike(first=0.3, chained=0.3)
+    p = draft_policy(0.3)
+    run_drafts(p, drafter, 100, lambda k: k)  # drafting 15 a step: 16 tokens for 5.8 plain steps' time
+    est = drafter.estimates
+    est.catch_up.add(catch_up_key(20), 0.5)  # coming back 20 tokens behind has cost half a plain step
+    est.catch_up.add(catch_up_key(60), 12.0)  # 60 tokens behind, 12
+    in_run = p.choose([drafter], [0] * 200, 15)
+    drafter.missed = 20
+    back = p.choose([drafter], [0] * 200, 15)
+    assert back.k == in_run.k == 15 and back.seconds == pytest.approx(in_run.seconds + 0.5)
+    drafter.missed = 60  # 16 tokens for 17.8 plain steps' time: plain steps are faster
+    assert p.choose([drafter], [0] * 200, 15).k == 0
+
+
+def test_reading_the_prompt_is_a_draft_models_prefill_not_a_cost_of_coming_back():
+    drafter = DraftLike(first=0.3, chained=0.3)
+    p = draft_policy(0.3)
+    context = [0] * 200
+    drafter.missed = len(context) - 1  # a chat's reply: the draft model holds nothing of it yet
+    first = p.choose([drafter], context, 15)
+    assert first.k and first.prompt and first.seconds < 2  # tried at once all the same
+    drafter.estimates.catch_up.add(catch_up_key(50), 12.0)
+    drafter.missed = 50  # sat out 50 tokens: coming back costs what it costs
+    assert p.choose([drafter], context, 15).k == 0
+
+
+def test_a_costly_drafter_right_on_its_first_drafts_goes_deeper_step_by_step():
+    drafter = DraftLike(first=0.81, chained=0.54)  # the H200's 0.5B draft, in plain steps
+    choices = run_drafts(draft_policy(0.85), drafter, 8, lambda k: k)
+    drafted = [c.k for c in choices if c.k]
+    for before, after in pairwise(drafted):
+        assert after <= 2 * before + 1  # no jump to k = 15 on a lucky draft or two
+    cheap = Scripted(per_draft=0.0)  # free drafts: as deep as its estimates say at once
+    assert max(c.k for c in run(policy(), [cheap], 3, lambda who, k: k)) == 15

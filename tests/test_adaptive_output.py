@@ -83,6 +83,35 @@ def test_proposer_and_k_switching_every_step_with_a_draft_model(target, draft, s
     assert {s.proposer for s in steps} >= {"draft", "n-gram", "off"}
 
 
+class Runs:
+    """Drafts with the first member, then asks for a run of plain steps, in turn; counts the
+    steps it is told of."""
+
+    def __init__(self):
+        self.choices = self.recorded = 0
+
+    def choose(self, proposers, context, limit):
+        self.choices += 1
+        if self.choices % 2:
+            return Choice(proposers[0], min(3, limit))
+        return Choice(None, 0, steps=5)
+
+    def record(self, choice, step, proposers):
+        self.recorded += 1
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_runs_of_plain_steps_the_policy_asks_for_give_plain_decodings_tokens(target, draft, sampling):
+    expected = generate(target, REPEATING, sampling).tokens
+    for proposer in (NgramProposer(k=AUTO), DraftProposer(draft, k=AUTO)):
+        policy = Runs()
+        gen = Generation(target, REPEATING, sampling, speculative=proposer, policy=policy)
+        gen.plain_run = 8  # as on CUDA
+        steps = list(gen)[1:]
+        assert gen.tokens == expected, proposer.describe()
+        assert policy.recorded == len(steps) and policy.choices < 0.5 * len(steps)  # one choice a run
+
+
 def test_a_draft_identical_to_the_target_keeps_every_draft_after_sitting_out(target):
     """Checks its rewind after steps it sat out: it must see exactly the target's context."""
     proposer = AutoProposer([DraftProposer(target, k=AUTO), NgramProposer(k=AUTO)])

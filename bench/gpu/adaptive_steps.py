@@ -3,8 +3,9 @@
 For the bench's edit and explanation prompts (greedy), n-gram and the draft model at fixed k = 15
 and at k auto, and proposer auto: tok/s, tokens per step, the k each step took, the verify time
 per step length (auto's 2.4 ms a step against fixed k's 1.8 ms in the first run), how many steps
-were probes, and the policy's own time per step on this host (choose + record). Every graph is
-captured before the clock starts, as the bench now does.
+were probes, the policy's own time per choice on this host (choose + record), and the propose
+time of proposals in a run against those after sitting out (a draft model's catch-up). Every
+graph is captured before the clock starts, as the bench now does.
 
     python bench/gpu/adaptive_steps.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b]
 """
@@ -25,11 +26,13 @@ from specchat.bench.prompts import load_prompts
 
 
 class TimedPolicy(AdaptivePolicy):
-    """The policy, its host time per step kept."""
+    """The policy, its host time per choice kept, and each drafting step's propose time with how
+    far behind its proposer was (a draft model catching up after sitting out)."""
 
     def __init__(self, model):
         super().__init__(model)
         self.seconds: list[float] = []
+        self.proposals: list[tuple[int, int, float]] = []  # (tokens behind, k, propose seconds)
 
     def choose(self, proposers, context, limit):
         t0 = time.perf_counter()
@@ -41,6 +44,8 @@ class TimedPolicy(AdaptivePolicy):
         t0 = time.perf_counter()
         super().record(choice, step, proposers)
         self.seconds[-1] += time.perf_counter() - t0
+        if step.drafts:
+            self.proposals.append((choice.behind, step.k, step.propose_s))
 
 
 def run(model, ids, sampling, proposer):
@@ -54,10 +59,11 @@ def run(model, ids, sampling, proposer):
     proposer.prime([*ids, *first.tokens])
     start = time.perf_counter()
     done = list(steps)
-    return time.perf_counter() - start, done, policy.seconds
+    return time.perf_counter() - start, done, policy
 
 
-def report(name, seconds, steps, policy_s) -> None:
+def report(name, seconds, steps, policy) -> None:
+    policy_s = policy.seconds
     tokens = sum(len(s.tokens) for s in steps)
     ks = Counter(s.k for s in steps)
     by_length = defaultdict(list)
@@ -67,13 +73,29 @@ def report(name, seconds, steps, policy_s) -> None:
           f"{sum(s.probe for s in steps)} probes")
     if policy_s:
         print(f"policy on the host: median {statistics.median(policy_s) * 1e6:.1f} µs, "
-              f"mean {statistics.fmean(policy_s) * 1e6:.1f} µs per step")
+              f"mean {statistics.fmean(policy_s) * 1e6:.1f} µs per choice")
     print("k taken: " + ", ".join(f"{k}: {n}" for k, n in sorted(ks.items())))
     print("| verify length | steps | median ms | mean ms | max ms |")
     print("|---|---|---|---|---|")
     for n, times in sorted(by_length.items()):
         print(f"| {n} | {len(times)} | {statistics.median(times) * 1e3:.2f} | {statistics.fmean(times) * 1e3:.2f} | "
               f"{max(times) * 1e3:.2f} |")
+    report_catch_ups(policy.proposals)
+
+
+def report_catch_ups(proposals) -> None:
+    """Propose time of proposals in a run of drafting steps against those after sitting out
+    (tokens behind: 2-16, one graph step of catch-up; more, several or one op by op)."""
+    if not proposals:
+        return
+    print("| proposal | steps | median k | median tokens behind | median propose ms | max ms |")
+    print("|---|---|---|---|---|---|")
+    for label, low, high in (("in a run", 0, 1), ("back, 2-16 behind", 2, 16), ("back, 17+ behind", 17, 1 << 30)):
+        rows = [p for p in proposals if low <= p[0] <= high]
+        if rows:
+            print(f"| {label} | {len(rows)} | {statistics.median(r[1] for r in rows):.0f} | "
+                  f"{statistics.median(r[0] for r in rows):.0f} | {statistics.median(r[2] for r in rows) * 1e3:.2f} | "
+                  f"{max(r[2] for r in rows) * 1e3:.2f} |")
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ steps fade and the estimate follows the text from copying to new prose and back.
 position has little recent evidence it leans on the position before it (a_1 on a neutral
 prior): a position last drafted long ago, in other text, fades towards what the shallower
 positions say now instead of keeping its stale value, so a proposer that turns good again
-is trusted with long drafts as soon as its first drafts land.
+is trusted with long drafts as soon as its first drafts land. That lean weighs a step's worth
+of evidence (LEAN), and a_1 of a proposer nothing is known of starts as a step at the prior
+(START_WEIGHT), fading with the text's steps: one or two lucky drafts do not yet make a proposer
+that is right fifteen drafts deep, nor one or two misses a proposer that is never right.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from engine.limits import MAX_K
 
 FADE = 0.92  # weight left to earlier steps at each new step (about 12 steps' memory)
 PRIOR = 0.5  # a_1 with no evidence
-PRIOR_WEIGHT = 0.25  # in steps' worth of evidence: the text soon outweighs it
+PRIOR_WEIGHT = 0.25  # a_1's pull towards PRIOR, in steps' worth of evidence
+START_WEIGHT = 1.0  # steps' worth of PRIOR in a_1 of a proposer nothing is known of, fading
+LEAN = 1.0  # a deeper position's pull towards the one before it, in steps' worth of evidence
 
 
 class Acceptance:
@@ -23,7 +28,9 @@ class Acceptance:
         self.fade = fade
         self.reached = [0.0] * MAX_K  # weighted steps whose drafts 1..j-1 were all accepted
         self.kept = [0.0] * MAX_K  # ... and draft j too
+        self.reached[0], self.kept[0] = START_WEIGHT, START_WEIGHT * PRIOR  # fades like the text's steps
         self._tokens: list[float] | None = None  # tokens(), until the next record
+        self.explored = self.count_explored()
 
     def tokens(self) -> list[float]:
         """[E(0) .. E(MAX_K)]: what a step of each k emits on average. The policy reads this
@@ -32,12 +39,20 @@ class Acceptance:
             self._tokens = expected_curve(self.rates())
         return self._tokens
 
+    def count_explored(self) -> int:
+        """How many leading positions have at least half a step's worth of recent evidence."""
+        for j, reached in enumerate(self.reached):
+            if reached < 0.5:
+                return j
+        return MAX_K
+
     def rates(self) -> list[float]:
         """[a_1 .. a_MAX_K]."""
-        out, prior = [], PRIOR
+        out, prior, weight = [], PRIOR, PRIOR_WEIGHT
         for reached, kept in zip(self.reached, self.kept):
-            prior = (kept + PRIOR_WEIGHT * prior) / (reached + PRIOR_WEIGHT)
+            prior = (kept + weight * prior) / (reached + weight)
             out.append(prior)
+            weight = LEAN
         return out
 
     def record(self, drafted: int, accepted: int) -> None:
@@ -48,6 +63,7 @@ class Acceptance:
         for j in range(min(drafted, accepted + 1)):  # draft j was reached: all before it were kept
             self.reached[j] += 1.0
             self.kept[j] += j < accepted
+        self.explored = self.count_explored()
 
 
 def expected_tokens(rates: list[float], k: int) -> float:

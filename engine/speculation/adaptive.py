@@ -1,33 +1,62 @@
-"""k = "auto" and proposer = "auto": each step, the drafts that maximise expected tokens per second.
+"""k = "auto" and proposer = "auto": each step, the drafts worth most to the reply's speed.
 
 A step of k drafts emits on average E(k) = 1 + sum_i prod_(j<=i) a_j tokens (acceptance.py) and
-costs drafting(k) + verify(k + 1) seconds; a plain step emits 1 token for verify(1). Every step
-the policy takes, over the proposers it may use and each k they allow, the option of highest
-E(k) / cost, plain decoding included. Acceptance is estimated per proposer and per the
+costs catch-up + drafting(k) + verify(k + 1) seconds; a plain step emits 1 token for verify(1).
+A second is worth R tokens, the reply's recent speed (never below plain decoding's): each step
+the policy takes, over the proposers it may use and each k they allow, the option of most
+E - R * seconds, plain decoding included. Against R, not against plain decoding: a draft model at
+k = 15 makes 16 tokens in 14 ms, faster than plain steps, yet where the n-gram proposer copies at
+3 tokens a millisecond those 14 ms are worth 42 tokens, so where the copy breaks off for a token,
+a plain step and back to copying wins. (At R = the best speed a reply can keep, the step
+of most E - R * seconds is the one that keeps it.) In a reply's last steps the time saved writes
+no more of it: there R is plain decoding's. Acceptance is estimated per proposer and per the
 proposer's own reading of the context (its `bucket`: the n-gram proposer's match length), costs
 from the run's own steps (step_costs.py).
 
+Past the positions it has recent evidence of, a proposer's curve is the shallower positions'
+word only: one whose drafts cost time (a draft model) goes at most twice as deep as it has seen,
+one whose drafts are nearly free (n-gram) as deep as the curve says.
+
+A draft model that sat steps out first runs the tokens it missed (`Proposer.behind`): that
+catch-up is part of coming back, so it is added to the option's cost, and learnt apart from the
+cost of drafting k, which only proposals in a run of drafting steps measure. One that holds
+nothing of the reply yet (a chat's draft model; the bench's is primed) reads the prompt first
+whichever step it joins: that is its prefill, no cost of this step's choice.
+
 A proposer that loses sits out, so its estimates would stop following the text: now and then
-it gets a probe step with its best k. Probes are paid from a budget: each step sat out earns
-PROBE_SHARE of a plain step's time, a probe spends what it cost beyond the plain steps that
-would have made its tokens (a probe that pays refunds). So where a proposer never pays, probing
-costs at most PROBE_SHARE of the time, and a cheap proposer (n-gram) probes far more often than
-an expensive one (a draft model), and comes back as soon as the text turns its way. A proposer
-starts with a full budget (MAX_CREDIT), so a draft model is tried in a reply's first steps.
+it gets a probe step instead of the best option, drafting as a proposer nothing is known of
+would. Probes are paid from a budget: each step sat out earns PROBE_SHARE of that step's time, a
+probe may be taken if the budget covers what it would lose against the best option should none
+of its drafts be kept, and spends what it did lose (at R; a probe that did better refunds, up to
+MAX_CREDIT). So where a proposer never pays, probing costs about PROBE_SHARE of the time, a cheap
+proposer (n-gram) probes far more often than an expensive one (a draft model), more so against
+plain steps than against a copy at many tokens a step, and comes back as soon as the text turns
+its way. A proposer starts with FIRST_CREDIT, one failed probe against plain decoding, so a draft
+model is tried in a reply's first steps.
+
+Where plain steps win and nothing but the budgets changes until one could pay for a probe (no
+proposer's bucket follows the text), the policy asks for that many plain steps at once, which the
+generation runs back to back with one host wait.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.limits import AUTO, MAX_K
+from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.acceptance import Acceptance
 from engine.speculation.proposers.base import Proposer
 from engine.speculation.step_costs import CostTable, step_costs
 
 PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost
 MAX_CREDIT = 4.0  # plain steps' time: no burst of probes after a long time out
+FIRST_CREDIT = 1.5  # plain steps' time: one probe that fails against plain decoding
+RATE_FADE = 0.9  # weight left to earlier steps in the reply's speed R (about 10 steps' memory)
+PRIOR_CURVE = Acceptance().tokens()  # E(k) of a proposer nothing is known of
+EXPLORE = 0.25  # plain steps' time: drafting that costs less than this more is nearly free to try
+IN_RUN = 1  # tokens behind of a proposal in a run of drafting steps (after a bonus: the bonus)
 
 
 @dataclass
@@ -37,10 +66,21 @@ class Choice:
     proposer: Proposer | None
     k: int
     tokens: float = 1.0  # expected tokens of the step
-    seconds: float = 0.0  # its expected cost
+    seconds: float = 0.0  # its expected cost, a catch-up included
     plain_seconds: float = 0.0  # a plain step's
     probe: bool = False  # taken to learn, not because it wins
     bucket: int = 1
+    behind: int = 0  # tokens the proposer reads before drafting, beyond a run's (Proposer.behind)
+    catch_up: float = 0.0  # expected seconds of reading them, in `seconds`
+    prompt: bool = False  # the proposer holds nothing of the reply yet: reading it is its prefill
+    worth: float = 0.0  # R: tokens a second of this reply is worth
+    displaced: float = 0.0  # a probe: the value of the step it was taken instead of
+    steps: int = 1  # a plain step: how many to take before choosing again
+
+    @property
+    def value(self) -> float:
+        """Expected tokens less what its time is worth at R."""
+        return self.tokens - self.worth * self.seconds
 
     @property
     def rate(self) -> float:
@@ -54,28 +94,32 @@ class Choice:
         return self.rate * self.plain_seconds
 
 
-def best_k(tokens: list[float], drafting: list[float], verify: list[float], ks: range) -> tuple[int, float, float]:
-    """(k, expected tokens, expected seconds) of the k in `ks` with the most tokens per second,
-    from E(k) (`tokens`), the cost of drafting k and of a verify step of n, each indexed by k or n."""
-    best, best_tokens, best_seconds = 0, 0.0, 1.0
+def best_k(tokens: list[float], drafting: list[float], verify: list[float], ks: range,
+           worth: float) -> tuple[int, float, float]:
+    """(k, expected tokens, expected seconds) of the k in `ks` of most tokens less `worth` tokens
+    per second of its cost, from E(k) (`tokens`), the cost of drafting k and of a verify step of
+    n, each indexed by k or n."""
+    best, best_tokens, best_seconds, best_value = 0, 0.0, 0.0, float("-inf")
     for k in ks:
         t, s = tokens[k], drafting[k] + verify[k + 1]
-        if best_tokens * s < t * best_seconds:
-            best, best_tokens, best_seconds = k, t, s
+        if t - worth * s > best_value:
+            best, best_tokens, best_seconds, best_value = k, t, s, t - worth * s
     return best, best_tokens, best_seconds
 
 
+def catch_up_key(behind: int) -> int:
+    """Catch-ups are learnt per length up to a step's, then per step's worth of tokens."""
+    return behind if behind <= MAX_STEP else MAX_STEP * -(-behind // MAX_STEP)
+
+
 class Estimates:
-    """What the policy knows of one proposer: acceptance per bucket, drafting costs, its probes."""
+    """What the policy knows of one proposer: acceptance per bucket, costs, its probe budget."""
 
     def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
         self.buckets: dict[int, Acceptance] = {}
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
+        self.catch_up = CostTable(lambda n: proposer.catch_up_seed(n, step_cost))
         self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
-        # drafted on the step before: a proposal after sitting out may first catch up on the
-        # context (a draft model runs every token it missed), which is not what drafting k costs
-        # in a run of drafting steps, so its time goes to the probe's account only
-        self.in_run = False
 
     def acceptance(self, bucket: int) -> Acceptance:
         found = self.buckets.get(bucket)
@@ -83,71 +127,162 @@ class Estimates:
             found = self.buckets[bucket] = Acceptance()
         return found
 
+    def catching_up(self, behind: int) -> float:
+        return self.catch_up(catch_up_key(behind)) if behind > IN_RUN else 0.0
+
 
 class AdaptivePolicy:
     """Chooses each step's proposer and k for a generation whose proposer or k is "auto".
 
     Estimates live on the proposers (so a chat's next reply starts from what this one learnt),
-    step costs with the target model."""
+    step costs with the target model, the reply's speed R with the policy (one per reply)."""
 
     def __init__(self, model, step_cost: Callable[[object], CostTable] = step_costs):
         self.step_cost = step_cost
         self.verify = step_cost(model)
+        self.tokens = self.seconds = 0.0  # the reply's steps so far, faded by RATE_FADE
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if proposer.estimates is None:
-            # A proposer nothing is known of starts with a full budget, so it is tried at once:
-            # on the prior alone a model drafter (a step of its own per draft) never looks worth
-            # it, and a budget earned from zero would first let it try some 100 steps in, when a
-            # short reply is over.
-            credit = MAX_CREDIT * self.verify(1)
+            # A proposer nothing is known of starts with a budget for one probe, so it is tried
+            # at once: on the prior alone a model drafter (a step of its own per draft) never
+            # looks worth it, and a budget earned from zero would first let it try some 100 steps
+            # in, when a short reply is over.
+            credit = FIRST_CREDIT * self.verify(1)
             proposer.estimates = Estimates(proposer, self.step_cost, credit)
         return proposer.estimates
+
+    def worth(self, plain: float) -> float:
+        """R: tokens a second of this reply is worth, its recent speed; never below plain
+        decoding's, which is always there to take."""
+        recent = self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return max(recent, 1.0 / plain)
 
     def choose(self, proposers: list[Proposer], context: list[int], limit: int) -> Choice:
         verify = self.verify.upto(MAX_K + 1)
         plain = verify[1]
-        best = Choice(None, 0, 1.0, plain, plain)
-        overdue: Choice | None = None
+        # the last steps of a reply: the time they save writes no more of it, so a step is
+        # weighed against plain steps only
+        worth = self.worth(plain) if limit >= MAX_K else 1.0 / plain
+        best = Choice(None, 0, 1.0, plain, plain, worth=worth)
+        options = []
         for proposer in proposers:
             bucket = proposer.bucket(context)
-            top = min(limit, proposer.max_k)
-            if bucket == 0 or top < 1:  # nothing to propose here: not sitting out by choice
+            if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
                 continue
-            est = self.estimates(proposer)
-            fixed = min(proposer.k, top) if proposer.k != AUTO else 0
-            ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
-            tokens = est.acceptance(bucket).tokens()
-            k, tokens, seconds = best_k(tokens, est.drafting.upto(MAX_K), verify, ks)
-            option = Choice(proposer, k, tokens, seconds, plain, bucket=bucket)
-            if option.rate > best.rate:
+            acceptance = self.estimates(proposer).acceptance(bucket)
+            option = self.option(proposer, acceptance.tokens(), limit, verify, worth, acceptance.explored)
+            behind = proposer.behind(context)
+            self.place(option, bucket, behind, prompt=behind >= len(context) - 1)
+            options.append(option)
+            if option.value > best.value:
                 best = option
-            elif est.credit >= seconds - plain and (overdue is None or option.rate > overdue.rate):
-                overdue = option
-        if best.proposer is None and overdue is not None:
-            overdue.probe = True
-            return overdue
+        # a proposer sitting this step out may be probed instead, if its budget covers what the
+        # step would lose against the best should none of its drafts be kept
+        probe = None
+        for option in options:
+            if option is best or option.proposer.estimates.credit < self.worst_loss(option, best, verify):
+                continue
+            asked = self.probe(option, limit, verify)
+            if option.proposer.estimates.credit >= self.worst_loss(asked, best, verify) and (
+                    probe is None or option.value > probe.value):
+                probe = asked
+        if probe is not None:
+            probe.displaced = best.value
+            return probe
+        if best.proposer is None:
+            best.steps = self.plain_run(proposers, options, best, verify, limit)
         return best
+
+    def option(self, proposer: Proposer, curve: list[float], limit: int, verify: list[float], worth: float,
+               explored: int = MAX_K) -> Choice:
+        """The k of most value for `proposer` from the expected-tokens curve `curve`. Past the
+        `explored` positions the curve is the shallower positions' word only: a proposer whose
+        drafts cost time goes at most twice as deep as it has seen (a few lucky drafts are not
+        worth 15 drafts' time), one whose drafts are nearly free as deep as the curve says."""
+        top = min(limit, proposer.max_k)
+        fixed = min(proposer.k, top) if proposer.k != AUTO else 0
+        drafting = proposer.estimates.drafting.upto(MAX_K)
+        deep = 2 * explored + 1
+        if top > deep:
+            bound, k = drafting[deep] + EXPLORE * verify[1], deep
+            while k < top and drafting[k + 1] <= bound:
+                k += 1
+            top = k
+        ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
+        k, tokens, seconds = best_k(curve, drafting, verify, ks, worth)
+        return Choice(proposer, k, tokens, seconds, verify[1], worth=worth)
+
+    def place(self, option: Choice, bucket: int, behind: int, prompt: bool) -> None:
+        """Set the option's bucket and how far behind its proposer is, and add the catch-up. A
+        proposer that holds nothing of the reply reads the prompt first, whichever step it joins
+        (a chat's draft model, not primed as the bench's is): that is its prefill, paid once a
+        reply if it drafts at all, not the cost of this step."""
+        option.bucket, option.behind, option.prompt = bucket, behind, prompt
+        option.catch_up = 0.0 if prompt else option.proposer.estimates.catching_up(behind)
+        option.seconds += option.catch_up
+
+    def probe(self, option: Choice, limit: int, verify: list[float]) -> Choice:
+        """A probe of option's proposer. It asks whether the text has turned its way, so it
+        drafts as a proposer nothing is known of would (its own estimates, having kept it out,
+        would ask with too few drafts); its expected tokens are still its estimates'."""
+        asked = self.option(option.proposer, PRIOR_CURVE, limit, verify, option.worth)
+        asked.tokens = option.proposer.estimates.acceptance(option.bucket).tokens()[asked.k]
+        self.place(asked, option.bucket, option.behind, option.prompt)
+        asked.probe = True
+        return asked
+
+    @staticmethod
+    def worst_loss(option: Choice, best: Choice, verify: list[float]) -> float:
+        """Seconds at R that taking `option` instead of `best` loses should none of its drafts
+        be kept; no less than with a single draft, its cheapest."""
+        least = option.catch_up + option.proposer.estimates.drafting.upto(MAX_K)[1] + verify[2]
+        return (best.value - 1.0) / option.worth + min(option.seconds, least)
+
+    def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, verify: list[float],
+                  limit: int) -> int:
+        """How many plain steps to take before choosing again: where nothing changes meanwhile
+        but the probe budgets (no proposer reads the text for its bucket, and R has come down to
+        plain decoding's), until one could be probed; the generation runs them back to back."""
+        if not options or limit < MAX_K or plain.worth * plain.seconds > 1.01:
+            return 1
+        if any(p.bucket_follows_text for p in proposers):
+            return 1
+        earned = PROBE_SHARE * plain.seconds
+        steps = MAX_STEP
+        for option in options:
+            asked = self.probe(option, limit, verify)
+            short = self.worst_loss(asked, plain, verify) - option.proposer.estimates.credit
+            steps = min(steps, max(1, math.ceil(short / earned)))
+        return steps
 
     def record(self, choice: Choice, step, proposers: list[Proposer]) -> None:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
         if step.prefill or not step.tokens:
             return
         self.verify.add(len(step.drafts) + 1, step.verify_s)
+        seconds = step.propose_s + step.verify_s
+        self.tokens = RATE_FADE * self.tokens + len(step.tokens)
+        self.seconds = RATE_FADE * self.seconds + seconds
+        cap = MAX_CREDIT * choice.plain_seconds
         for proposer in proposers:
             if proposer is not choice.proposer and proposer.estimates is not None:
                 est = proposer.estimates
-                est.in_run = False
-                est.credit = min(
-                    est.credit + PROBE_SHARE * choice.plain_seconds, MAX_CREDIT * choice.plain_seconds
-                )
+                est.credit = min(est.credit + PROBE_SHARE * seconds, cap)
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
-        if est.in_run:
+        drafting = est.drafting(choice.k)
+        if choice.prompt:
+            seconds = step.verify_s + drafting  # its prefill is no probe's cost
+        elif choice.behind > IN_RUN:
+            # the proposal ran the tokens missed first: that time is the catch-up's, not drafting's
+            est.catch_up.add(catch_up_key(choice.behind), max(0.0, step.propose_s - drafting))
+        else:
             est.drafting.add(choice.k, step.propose_s)
-        est.in_run = choice.k > 0
         est.acceptance(choice.bucket).record(len(step.drafts), step.accepted)
         if choice.probe:
-            cost = step.propose_s + step.verify_s
-            est.credit -= cost - (step.accepted + 1) * choice.plain_seconds
+            # what it lost against the step it displaced, in seconds at R; a probe that did
+            # better refunds, within the cap
+            value = len(step.tokens) - choice.worth * seconds
+            est.credit = min(est.credit - (choice.displaced - value) / choice.worth, cap)

@@ -153,8 +153,7 @@ class Generation:
             elif self._active is None:
                 steps, states = self._decode(seq, context), None
             else:
-                step, states = self._step(seq, context, last)
-                steps = [step]
+                steps, states = self._step(seq, context, last)
             for step in steps:
                 context.extend(step.tokens)
                 last = context[-1]
@@ -164,14 +163,14 @@ class Generation:
                 if step.finished is not None:
                     break  # a stop inside a run of plain steps: the rest is never shown
 
-    def _decode(self, seq, context: list[int]) -> list[Step]:
-        """Plain decoding: a run of one-token steps, each fed on the device by the token the one
-        before it sampled, so the host waits once per run instead of once per token (on CUDA the
-        run is replays of one graph, queued back to back). The tokens are those of single steps;
-        steps past a stop are discarded with the reply."""
+    def _decode(self, seq, context: list[int], most: int | None = None) -> list[Step]:
+        """Plain decoding: a run of one-token steps (at most `most`), each fed on the device by
+        the token the one before it sampled, so the host waits once per run instead of once per
+        token (on CUDA the run is replays of one graph, queued back to back). The tokens are those
+        of single steps; steps past a stop are discarded with the reply."""
         model = self.model
         remaining = self.sampling.max_tokens - len(self.tokens)
-        n = max(1, min(self.plain_run, remaining, model.max_context - len(context)))
+        n = max(1, min(self.plain_run, most or self.plain_run, remaining, model.max_context - len(context)))
         t0 = time.perf_counter()
         first = torch.tensor(context[-1:], device=model.device)
         tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()
@@ -205,9 +204,17 @@ class Generation:
                 member.idle(context)
         return choice
 
-    def _step(self, seq, context: list[int], last: int) -> tuple[Step, torch.Tensor | None]:
+    def _step(self, seq, context: list[int], last: int) -> tuple[list[Step], torch.Tensor | None]:
         model, sampling = self.model, self.sampling
         choice = self._choose(context)
+        if choice.proposer is None and choice.steps > 1 and not self.inspect and not model.state_layers:
+            # plain steps the policy would take one by one anyway: one run, one host wait (a
+            # proposer that reads the target's states needs each step's, which a run keeps none of)
+            steps = self._decode(seq, context, choice.steps)
+            for step in steps:
+                step.gain = choice.gain
+                self.policy.record(choice, step, self._active.members)
+            return steps, None
         proposer, k = choice.proposer, choice.k
         t0 = time.perf_counter()
         start = device_mark(model.device)
@@ -243,7 +250,7 @@ class Generation:
         if self._active.k == AUTO:
             self.policy.record(choice, step, self._active.members)
         states = None if out.states is None else out.states[: accepted + 1]
-        return step, states
+        return [step], states
 
     def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:
         """The model's token after each prefix; with sampled drafts, the min(1, p/q) outcome."""

@@ -24,6 +24,7 @@ from engine.runtime.sampling import SamplingParams
 
 FORMAT = 1
 FOLLOW = 0.1  # weight of the newest measurement in a moving average
+OUTLIER = 1.5  # a measurement counts for at most this times the average so far
 SEED_CONTEXT = 512  # tokens already in the cache while the seed is timed
 
 
@@ -35,29 +36,42 @@ class CostTable:
         self.seed = seed
         self.measured: dict[int, float] = {}
         self.drift = 1.0  # measured / seed, moving
-        self._seeds: list[float] = [0.0]  # seed(0 .. n): the seed is fixed, so it is asked once
+        self._seeds: dict[int, float] = {}  # the seed is fixed, so it is asked once per n
+        self._seed_list: list[float] = []  # [0, seed(1) .. seed(n)] for upto()
         self._costs: list[float] | None = None  # upto()'s, until the next measurement
 
     def __call__(self, n: int) -> float:
         if n in self.measured:
             return self.measured[n]
-        return self.seed(n) * self.drift
+        return self.seeded(n) * self.drift
+
+    def seeded(self, n: int) -> float:
+        found = self._seeds.get(n)
+        if found is None:
+            found = self._seeds[n] = self.seed(n)
+        return found
 
     def upto(self, top: int) -> list[float]:
         """[cost(0) = 0, cost(1) .. cost(top)]: the policy reads this every step, and it changes
         only when a step is measured."""
         if self._costs is None or len(self._costs) <= top:
-            while len(self._seeds) <= top:
-                self._seeds.append(self.seed(len(self._seeds)))
-            measured, drift = self.measured, self.drift
-            self._costs = [0.0] + [measured.get(n, self._seeds[n] * drift) for n in range(1, top + 1)]
+            if len(self._seed_list) <= top:
+                self._seed_list = [0.0] + [self.seeded(n) for n in range(1, top + 1)]
+            measured, drift, seeds = self.measured, self.drift, self._seed_list
+            self._costs = [0.0] + [measured[n] if n in measured else seeds[n] * drift
+                                   for n in range(1, top + 1)]
         return self._costs
 
     def add(self, n: int, seconds: float) -> None:
         self._costs = None
         before = self.measured.get(n)
+        if before is not None:
+            # a step the host stalled in (a collection, another thread) is not what the step
+            # costs: taken at face value it would make plain steps look dear until the next
+            # plain step, which then never comes
+            seconds = min(seconds, OUTLIER * before)
         self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
-        seeded = self.seed(n)
+        seeded = self.seeded(n)
         if seeded > 0:
             self.drift += FOLLOW * (seconds / seeded - self.drift)
 

@@ -57,6 +57,8 @@ class Proposer:
     max_k_why = ""  # why, when a proposer's own limit is below MAX_K
 
     estimates = None  # what the adaptive policy has learnt of this proposer (k = "auto")
+    # whether `bucket` changes with the context (then k "auto" chooses afresh every step)
+    bucket_follows_text = False
 
     def __init__(self, k: int | str):
         self.k = check_k(k, self.max_k, self.max_k_why)
@@ -78,6 +80,17 @@ class Proposer:
     def drafting_seed(self, k: int, step_cost) -> float:
         """A first guess of the seconds drafting k tokens takes, before any were timed;
         step_cost(model) gives a model's table of step costs."""
+        return 0.0
+
+    def behind(self, context: list[int]) -> int:
+        """Tokens of the context before its latest that a proposal now would first have to read
+        (a draft model that sat steps out runs the tokens it missed): 0 for a proposer that
+        follows the context as it grows, 0 or 1 within a run of drafting steps."""
+        return 0
+
+    def catch_up_seed(self, behind: int, step_cost) -> float:
+        """A first guess of the seconds a proposal `behind` tokens behind takes beyond one in a
+        run of drafting steps, before any catch-up was timed."""
         return 0.0
 
     def prime(self, context: list[int]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from engine.errors import EngineError
+from engine.limits import MAX_STEP
 from engine.loading.loader import load_model
 from engine.runtime.sampling import DRAFT, SamplingParams, probabilities
 from engine.speculation.proposers.base import DeviceProposal, Proposer
@@ -16,6 +17,11 @@ GREEDY = SamplingParams()
 # 1.19 ms and each further draft 0.79 ms (bench/results/adaptive-prompts.txt). The run's own
 # proposals replace this guess as soon as they are timed.
 CHAINED_SHARE = 0.66
+# With CUDA graphs, a catch-up of up to this many steps' worth of tokens (the draft model sat
+# steps out) runs as graph steps of MAX_STEP tokens, about 1 ms each for the 0.5B draft on the
+# H200, instead of one op-by-op step of 15-20 ms (an eager step of the 1.5B target took 18-21 ms,
+# bench/results/steps-coder-1.5b-real.json); past it, one op-by-op step is the cheaper.
+CATCH_UP_STEPS = 8
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -63,14 +69,41 @@ class DraftProposer(Proposer):
     def seen(self) -> list[int]:
         return self.context + (self.last.drafts[:-1] if self.last is not None else [])
 
+    def kept(self, context: list[int]) -> int:
+        """How many leading tokens of `context` the draft's cache holds."""
+        n = len(self.context)
+        if self.last is None or context[:n] != self.context:  # a context it did not draft for
+            return common_prefix(self.seen, context)
+        drafts = self.last.drafts[:-1]
+        return n + common_prefix(drafts, context[n : n + len(drafts)])
+
+    def behind(self, context: list[int]) -> int:
+        return len(context) - 1 - min(self.kept(context), len(context) - 1)
+
+    def catch_up_seed(self, behind: int, step_cost) -> float:
+        # the first step runs behind + 1 tokens where a run's runs one or two: in graph steps of
+        # MAX_STEP tokens as propose does, or op by op, about in proportion to the tokens
+        table, n = step_cost(self.model), behind + 1
+        if self.model.graphs is not None and n <= CATCH_UP_STEPS * MAX_STEP:
+            full, rest = divmod(n, MAX_STEP)
+            seconds = full * table(MAX_STEP) + (table(rest) if rest else 0.0)
+        else:
+            seconds = table(min(n, MAX_STEP)) * max(1.0, n / MAX_STEP)
+        return max(0.0, seconds - table(2))
+
     def propose(self, context: list[int], k: int) -> DeviceProposal:
         # Rewind to what the target accepted; then run the accepted tokens not yet seen (at least
         # the last one, whose logits give the first draft), then a chain of k - 1 one-token
         # steps, each fed on the device by the one before. Nothing is read back here: the drafts
         # go to the verify step on the device, and the host reads them with its results.
-        keep = min(common_prefix(self.seen, context), len(context) - 1)
+        keep = min(self.kept(context), len(context) - 1)
         self.seq.truncate(keep)
-        out = self.model.step(self.seq, context[keep:], self.sampling, last_only=True, noise=DRAFT)
+        unseen = context[keep:]
+        if self.model.graphs is not None and len(unseen) <= CATCH_UP_STEPS * MAX_STEP:
+            while len(unseen) > MAX_STEP:  # a catch-up: graph steps, the last of them the shortest
+                self.model.step(self.seq, unseen[:MAX_STEP], self.sampling, last_only=True, noise=DRAFT)
+                unseen = unseen[MAX_STEP:]
+        out = self.model.step(self.seq, unseen, self.sampling, last_only=True, noise=DRAFT)
         # Copied out before the chain runs: on CUDA the step's outputs are a graph's buffers, and
         # the chain graph, captured into the same memory pool, may overwrite them as it replays.
         tokens, logits = [out.tokens[-1:].clone()], [out.logits[-1:].clone()]

@@ -11,6 +11,7 @@ MAX_N = 3
 
 class NgramProposer(Proposer):
     name = "n-gram"
+    bucket_follows_text = True
 
     def __init__(self, k: int | str = 4, max_n: int = MAX_N):
         super().__init__(k)

@@ -1,0 +1,245 @@
+"""The adaptive policy replayed without a model: a reply described by what each proposer's drafts
+would keep at every position, a machine by what its steps cost.
+
+Each step runs as the generation loop runs it (loop.py): the policy (the real AdaptivePolicy, or
+a fixed proposer and k) chooses, the text says how many drafts are kept, the machine what the
+step costs, and the policy records the Step. So a bench on the CPU can set k "auto" against every
+fixed k on a GPU's costs, and a test can pin what the policy does where drafting never pays.
+
+In a greedy reply both proposers are deterministic: the draft model's drafts from position p are
+kept up to the first position where it disagrees with the target, the n-gram proposer's up to
+where its copy diverges. So a text is, per proposer, a `Shape`: a bucket (its reading of the
+context: the n-gram proposer's match length, 0 for no match) and a run of kept drafts from each
+position. A draft model that sits steps out catches up on the tokens it missed in its next
+proposal, as DraftProposer does: in graph steps of MAX_STEP tokens, or op by op past
+CATCH_UP_STEPS of them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.limits import AUTO, MAX_K, MAX_STEP
+from engine.speculation.adaptive import AdaptivePolicy, Choice
+from engine.speculation.loop import Step
+from engine.speculation.metrics import Metrics
+from engine.speculation.proposers.base import Proposer
+from engine.speculation.proposers.draft.proposer import CATCH_UP_STEPS, DraftProposer
+from engine.speculation.step_costs import CostTable
+
+PROMPT = 1600  # tokens before the reply: only the context's length is read
+PLAIN_RUN = 8  # plain steps per host wait, as the generation runs them on CUDA
+
+
+@dataclass
+class Machine:
+    """Seconds of each kind of step."""
+
+    verify: Callable[[int], float]  # a target step of n tokens, its host read included (1: a plain step)
+    decode: float  # a plain step in plain decoding's runs (no host wait between them)
+    lookup: float  # an n-gram proposal
+    first: float  # a draft model's first step: the tokens it has not seen (up to MAX_STEP), its first draft
+    chained: float  # each further draft
+    eager: float  # a first step of more than MAX_STEP tokens run op by op (no CUDA graph)
+    host: float  # the policy's own time per step (k "auto")
+    noise: float = 0.02  # relative spread of every step's time
+    stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
+    stall: float = 0.0  # seconds a stall adds to its step
+    chunked: bool = True  # a catch-up of up to CATCH_UP_STEPS steps' tokens runs as graph steps
+
+
+@dataclass
+class Shape:
+    """One proposer's view of a reply: bucket and kept-draft run at every position."""
+
+    buckets: list[int]
+    runs: list[int]
+
+
+def agreeing(length: int, stay: float, enter: float, rng: random.Random) -> Shape:
+    """A draft model's view: position i agrees with the target with probability `stay` after an
+    agreeing position and `enter` after one that does not (agreement comes in stretches)."""
+    agree, now = [], True
+    for _ in range(length):
+        now = rng.random() < (stay if now else enter)
+        agree.append(now)
+    return Shape([1] * length, runs_of(agree))
+
+
+def copying(length: int, buckets: dict[int, tuple[float, float, float]], rng: random.Random) -> Shape:
+    """An n-gram proposer's view: at each position a bucket drawn by weight from `buckets`
+    {bucket: (weight, first, stay)}; its copy keeps a first draft with probability `first` and
+    each further one with probability `stay` (bucket 0: no match)."""
+    names = list(buckets)
+    weights = [buckets[b][0] for b in names]
+    found, runs = [], []
+    for _ in range(length):
+        bucket = rng.choices(names, weights)[0]
+        _, first, stay = buckets[bucket]
+        run = 0
+        if bucket and rng.random() < first:
+            run = 1
+            while run < MAX_STEP and rng.random() < stay:
+                run += 1
+        found.append(bucket)
+        runs.append(run)
+    return Shape(found, runs)
+
+
+def runs_of(agree: list[bool]) -> list[int]:
+    runs, run = [0] * len(agree), 0
+    for i in range(len(agree) - 1, -1, -1):
+        run = run + 1 if agree[i] else 0
+        runs[i] = run
+    return runs
+
+
+def joined(*shapes: Shape) -> Shape:
+    """Shapes one after the other: a reply that turns from one kind of text to another."""
+    return Shape([b for s in shapes for b in s.buckets], [r for s in shapes for r in s.runs])
+
+
+class DraftModel:
+    """What DraftProposer's seeds read of its model, besides its step costs: it runs CUDA graphs."""
+
+    graphs = True
+
+
+DRAFT = DraftModel()
+
+
+class Replayed(Proposer):
+    """A proposer whose drafts `shape` decides; `model` DRAFT: a draft model (its seeds are
+    DraftProposer's, and it catches up on what it missed)."""
+
+    def __init__(self, name: str, shape: Shape, k: int | str = AUTO, model: object = None):
+        super().__init__(k)
+        self.name, self.shape, self.model = name, shape, model
+        self.bucket_follows_text = model is None  # an n-gram proposer's match changes with the text
+        self.seen = PROMPT  # the draft model's cache holds this much of the context (primed)
+
+    def at(self, context: list[int]) -> int:
+        return len(context) - PROMPT
+
+    def bucket(self, context: list[int]) -> int:
+        position = self.at(context)
+        return self.shape.buckets[position] if position < len(self.shape.buckets) else 0
+
+    def drafting_seed(self, k: int, step_cost) -> float:
+        return DraftProposer.drafting_seed(self, k, step_cost) if self.model is not None else 0.0
+
+    def behind(self, context: list[int]) -> int:
+        return len(context) - 1 - min(self.seen, len(context) - 1) if self.model is not None else 0
+
+    def catch_up_seed(self, behind: int, step_cost) -> float:
+        return DraftProposer.catch_up_seed(self, behind, step_cost) if self.model is not None else 0.0
+
+    def propose_cost(self, machine: Machine, context: list[int], k: int, accepted: int) -> float:
+        """Seconds of proposing k drafts here; a draft model's cache then holds the context and
+        its drafts but the last."""
+        if self.model is None:
+            return machine.lookup
+        unseen = self.behind(context) + 1
+        self.seen = len(context) + min(accepted, k - 1)
+        if unseen <= MAX_STEP:
+            first = machine.first
+        elif machine.chunked and unseen <= CATCH_UP_STEPS * MAX_STEP:
+            first = machine.first * -(-unseen // MAX_STEP)
+        else:
+            first = machine.eager
+        return first + machine.chained * (k - 1)
+
+
+@dataclass
+class Replay:
+    """What one reply did: the loop's metrics, and its wall time (steps, plus the policy's host time)."""
+
+    metrics: Metrics
+    seconds: float
+    choices: list[Choice]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.metrics.tokens / self.seconds
+
+
+def replay(
+    machine: Machine,
+    proposer: Replayed | list[Replayed] | None,
+    length: int,
+    rng: random.Random,
+    step_cost: Callable[[object], CostTable] | None = None,
+) -> Replay:
+    """`length` tokens of the reply, after its first: plain decoding (None), one proposer at its
+    own k (an int, or "auto"), or several (proposer auto, k auto). The same `step_cost` keeps the
+    target's step costs from reply to reply (as step_costs does for a model), new ones by default."""
+    metrics, seconds, choices = Metrics(), 0.0, []
+    if proposer is None:
+        metrics.steps = metrics.tokens = length
+        metrics.verify_s = seconds = sum(plain(machine, i, rng).verify_s for i in range(length))
+        return Replay(metrics, seconds, choices)
+    members = proposer if isinstance(proposer, list) else [proposer]
+    auto = len(members) > 1 or members[0].k == AUTO
+    policy = AdaptivePolicy("target", step_cost or costs(machine))
+    context = [0] * PROMPT
+    while len(context) - PROMPT < length:
+        limit = max(0, min(MAX_K, length - (len(context) - PROMPT) - 1))
+        if auto:
+            choice = policy.choose(members, context, limit)
+        else:
+            choice = Choice(members[0], min(members[0].k, limit))
+        if choice.proposer is None and choice.steps > 1:  # a run of plain steps, as the loop runs it
+            run = min(choice.steps, PLAIN_RUN, limit + 1)
+            steps = [plain(machine, len(context) - PROMPT + i, rng) for i in range(run)]
+        else:
+            steps = [run_step(machine, choice, context, rng)]
+        if auto:
+            seconds += machine.host
+        for step in steps:
+            if auto:
+                policy.record(choice, step, members)
+            choices.append(choice)
+            metrics.add(step)
+            seconds += step.propose_s + step.verify_s
+            context.extend(step.tokens)
+    return Replay(metrics, seconds, choices)
+
+
+def plain(machine: Machine, position: int, rng: random.Random) -> Step:
+    """A step of a plain run: no host wait of its own."""
+    return Step(tokens=[1], drafts=[], accepted=0, kind="plain", k=0, proposer="off", propose_s=0.0,
+                verify_s=machine.decode * spread(machine, rng) + stalled(machine, rng), position=position)
+
+
+def run_step(machine: Machine, choice: Choice, context: list[int], rng: random.Random) -> Step:
+    who, k = choice.proposer, choice.k
+    position = len(context) - PROMPT
+    propose_s, drafts, accepted = 0.0, 0, 0
+    if who is not None and k > 0:
+        if who.bucket(context):  # an n-gram proposer with no match drafts nothing
+            drafts = k
+            accepted = min(k, who.shape.runs[position])
+        propose_s = who.propose_cost(machine, context, k, accepted) * spread(machine, rng)
+    return Step(tokens=[1] * (accepted + 1), drafts=[1] * drafts, accepted=accepted,
+                kind="plain" if not drafts else ("bonus" if accepted == drafts else "correction"),
+                k=k if who else 0, proposer=who.name if who else "off", propose_s=propose_s,
+                verify_s=machine.verify(drafts + 1) * spread(machine, rng) + stalled(machine, rng),
+                position=position,
+                gain=choice.gain, probe=choice.probe)
+
+
+def spread(machine: Machine, rng: random.Random) -> float:
+    return max(0.5, 1.0 + machine.noise * rng.gauss(0.0, 1.0))
+
+
+def stalled(machine: Machine, rng: random.Random) -> float:
+    return machine.stall if machine.stalls and rng.random() < machine.stalls else 0.0
+
+
+def costs(machine: Machine) -> Callable[[object], CostTable]:
+    """The policy's step_cost: the target's verify steps seeded with the machine's own (as a
+    timed seed would be), the draft model's steps with its first step."""
+    target, draft = CostTable(machine.verify), CostTable(lambda n: machine.first)
+    return lambda model: target if model == "target" else draft

@@ -1,0 +1,83 @@
+"""The adaptive policy replayed on a GPU's step costs (engine/speculation/replay.py): what it does
+with drafts that never pay, with a copy that pays far more than a draft model, and with text
+where only the draft model pays. The costs are the H200's (Qwen2.5-Coder-1.5B, its 0.5B draft
+model, bf16), the texts shaped like the bench's explanation and edit."""
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from engine import AUTO
+from engine.speculation.replay import DRAFT, Machine, Replayed, Shape, agreeing, copying, replay
+
+MS = 1e-3
+LENGTH = 256
+REPLIES = 8
+
+
+def h200_verify(n: int) -> float:
+    points = {1: 1.47, 2: 1.62, 8: 1.68, 16: 1.84}
+    lo = max(p for p in points if p <= n)
+    hi = min((p for p in points if p >= n), default=16)
+    return MS * (points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
+
+
+# no policy host time: the figures are the policy's choices alone
+H200 = Machine(verify=h200_verify, decode=1.47 * MS, lookup=0.05 * MS, first=1.1 * MS, chained=0.78 * MS,
+               eager=18 * MS, host=0.0)
+# and with the host stalling in 2% of the steps for three plain steps' time, as GPU runs do
+STALLING = replace(H200, stalls=0.02, stall=3 * 1.47 * MS)
+NO_MATCH = {0: (1.0, 0, 0)}
+COPY = {0: (0.03, 0, 0), 3: (0.97, 0.95, 0.98)}
+
+
+def speed(make, shapes, machine: Machine = H200) -> float:
+    """Tokens per second over the replies, `make(draft shape, n-gram shape)` the proposer of each."""
+    tokens = seconds = 0.0
+    for seed, (draft, ngram) in enumerate(shapes):
+        run = replay(machine, make(draft, ngram), LENGTH, random.Random(seed))
+        tokens, seconds = tokens + run.metrics.tokens, seconds + run.seconds
+    return tokens / seconds
+
+
+def texts(agree: float, buckets: dict) -> list[tuple[Shape, Shape]]:
+    out = []
+    for seed in range(REPLIES):
+        rng = random.Random(seed)
+        out.append((agreeing(LENGTH + 32, agree, agree, rng), copying(LENGTH + 32, buckets, rng)))
+    return out
+
+
+@pytest.mark.parametrize("machine", [H200, STALLING], ids=["steady", "stalling"])
+def test_a_draft_model_that_never_pays_leaves_k_auto_within_2_percent_of_plain_decoding(machine):
+    shapes = texts(0.76, NO_MATCH)  # the explanation: 1.76 tokens a step at k = 1, 2.3 at k = 2
+    plain = speed(lambda d, g: None, shapes, machine)
+    fixed = {k: speed(lambda d, g, k=k: Replayed("draft", d, k, DRAFT), shapes, machine) for k in (1, 2, 4, 7, 15)}
+    assert max(fixed.values()) < plain  # the premise: no k pays
+    auto = speed(lambda d, g: Replayed("draft", d, AUTO, DRAFT), shapes, machine)
+    assert auto >= 0.98 * plain
+
+
+def test_where_the_copy_pays_most_the_draft_model_stays_out_though_it_beats_plain_decoding():
+    shapes = texts(1.0, COPY)  # the draft model always right: 1.7x plain decoding at k = 15
+    assert speed(lambda d, g: Replayed("draft", d, 15, DRAFT), shapes) > 1.6 * speed(lambda d, g: None, shapes)
+    ngram = speed(lambda d, g: Replayed("n-gram", g), shapes)
+    both = speed(lambda d, g: [Replayed("n-gram", g), Replayed("draft", d, model=DRAFT)], shapes)
+    assert both >= 0.97 * ngram
+    draft, ngram_shape = shapes[0]
+    run = replay(H200, [Replayed("n-gram", ngram_shape), Replayed("draft", draft, model=DRAFT)], LENGTH,
+                 random.Random(0))
+    assert not [c for c in run.choices[3:] if c.proposer is not None and c.proposer.name == "draft" and not c.probe]
+
+
+def test_where_nothing_copies_the_same_draft_model_drafts_long():
+    shapes = texts(1.0, NO_MATCH)
+    best = speed(lambda d, g: Replayed("draft", d, 15, DRAFT), shapes)
+    assert speed(lambda d, g: [Replayed("n-gram", g), Replayed("draft", d, model=DRAFT)], shapes) >= 0.95 * best
+
+
+def test_k_auto_on_a_copy_comes_near_the_longest_k():
+    shapes = texts(0.0, COPY)
+    longest = speed(lambda d, g: Replayed("n-gram", g, 15), shapes)
+    assert speed(lambda d, g: Replayed("n-gram", g), shapes) >= 0.95 * longest
