@@ -45,6 +45,7 @@ WELCOME = (
 )
 NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 4  # how often the panel's figures follow them: slower than the reply, whose frames matter more
+PAINT_LOOKS = 3  # refreshes the end of a reply waits for its last block to be painted
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
@@ -98,7 +99,8 @@ class SpecChat(App):
         self.stats = Stats()
         self.proposer_name = "off"  # what the next step drafts with
         self.loading_proposer = ""  # a draft model or drafter loading in the background
-        self.gen: Generation | None = None
+        self.gen: Generation | None = None  # the reply's engine run, until the reply is over on screen
+        self.ending: tuple[str, str] | None = None  # how the engine ended the reply, till it is painted
         self.feed: StepFeed | None = None  # the steps of the reply being written
         self.frames = None  # the timer of the next frame that shows them
         self.switch_s = sys.getswitchinterval()
@@ -153,7 +155,7 @@ class SpecChat(App):
         # Messages still queued behind it are kept with the chat, marked unsent: reopening the chat
         # puts them back in the box (sending them by themselves after quit would surprise more).
         self.record.unsent, self.queued = self.queued, []
-        self.end_reply("cancelled")
+        self.close_reply()
         if self.record.unsent:
             self.save_record()
 
@@ -367,27 +369,45 @@ class SpecChat(App):
 
     @on(ReplyDone)
     def reply_done(self, message: ReplyDone) -> None:
-        self.gen = None
-        self.refresh_bindings()
-        if message.reply == self.reply_id:
-            self.show_steps()
-            self.end_reply(message.finished, message.error)
-            self.show_panel()
-        if self.queued:
-            self.send(self.queued.pop(0))
-
-    def reply_seen(self, reply_id: int, reply: ReplyView, status: str) -> None:
-        """The reply's last token is on the screen: say how fast it came, beside the engine's rate."""
-        if reply_id != self.reply_id or self.gen is not None:
-            return  # a new chat or a new reply began in between: these stats are no longer its
-        self.stats.shown(self.clock(), final=True)
-        reply.finish(f"{status} · {seen_summary(self.stats)}")
-        self.show_panel()
-
-    def end_reply(self, finished: str, error: str = "") -> None:
-        """Close the reply being written: into the record (unless it failed), and onto disk."""
+        """The engine thread is done: its last steps go on screen in the live area now; the reply
+        is closed (Markdown view, record, save) once they are painted, so none of that delays them."""
+        if message.reply != self.reply_id or self.reply is None:  # ended already (a new chat)
+            self.engine_done(self.gen)
+            return
         self.show_steps()
         self.stop_frames()
+        self.ending = (message.finished, message.error)
+        self.call_after_refresh(self.reply_seen, self.reply_id, self.gen)
+
+    def reply_seen(self, reply_id: int, gen: Generation | None, looks: int = 1) -> None:
+        """The reply's last token is on the screen: note how fast it came, then close the reply."""
+        if reply_id == self.reply_id and self.ending is not None:  # not ended meanwhile (a new chat)
+            if not self.reply.painted and looks < PAINT_LOOKS:
+                # A refresh can come before the screen has heard of the last block's change; the
+                # next one paints it (unless the block is off the screen: then the looks run out).
+                self.call_after_refresh(self.reply_seen, reply_id, gen, looks + 1)
+                return
+            finished, error = self.ending
+            if finished != "error":
+                self.stats.shown(self.clock(), final=True)
+            self.end_reply(finished, error, seen=finished != "error")
+            self.show_panel()
+        self.engine_done(gen)
+
+    def engine_done(self, gen: Generation | None) -> None:
+        """The reply of `gen` is over: esc has nothing to stop, and a queued message goes out."""
+        if self.gen is gen:
+            self.gen = None
+            self.refresh_bindings()
+        if self.queued and self.gen is None and self.reply is None:
+            self.send(self.queued.pop(0))
+
+    def end_reply(self, finished: str, error: str = "", seen: bool = False) -> None:
+        """Close the reply being written: into the record (unless it failed), and onto disk;
+        `seen`: its status says how fast it came on screen."""
+        self.show_steps()
+        self.stop_frames()
+        self.ending = None
         reply, m = self.reply, self.stats.reply
         if reply is None:
             return
@@ -401,10 +421,14 @@ class SpecChat(App):
                 {"role": "assistant", "content": reply.text, "finished": finished, "stats": summary}
             )
             status = f"{'stopped' if finished == 'cancelled' else finished} · {summary}"
-            reply.finish(status)
-            self.call_after_refresh(self.reply_seen, self.reply_id, reply, status)
+            reply.finish(f"{status} · {seen_summary(self.stats)}" if seen else status)
         self.reply = None
         self.save_record()
+
+    def close_reply(self) -> None:
+        """End the reply now (a new chat, quitting): as it finished if its end is only waiting to be
+        painted, else as stopped."""
+        self.end_reply(*(self.ending or ("cancelled", "")))
 
     def action_leave(self) -> None:
         self.exit(return_code=1)  # a chat whose model never loaded is a failure
@@ -452,7 +476,7 @@ class SpecChat(App):
         if self.queued:  # not sent into the new chat: back into the box, to send or to clear
             self.prompt.value, self.queued = " ".join(self.queued), []
         self.action_stop()
-        self.end_reply("cancelled")
+        self.close_reply()
         self.reply_id += 1  # steps still in flight are dropped
         self.record = ChatRecord(model=self.session.label, system=self.settings.system)
         self.chat.clear()

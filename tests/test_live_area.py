@@ -4,10 +4,12 @@ under the chat, changes; when the reply ends, the whole reply is in the chat as 
 from __future__ import annotations
 
 import threading
+import time
 
 from specchat.app import make_app
 from specchat.bench.paced import PacedSession
 from specchat.settings import Settings
+from specchat.widgets.transcript import Block
 from tests.pilot import chat, pilot_test, reply, say, until
 
 
@@ -109,3 +111,49 @@ async def test_a_click_on_a_token_in_the_live_area_finds_its_step():
         assert view.cursor in view.block_indices[-1]
         assert app.inspected is view
         session.go.release()
+
+
+@pilot_test
+async def test_a_reply_counts_as_on_screen_once_the_live_area_has_painted_its_last_tokens(monkeypatch):
+    # The reply closes (into the chat, as Markdown) only after its last tokens were painted where
+    # they streamed; the rate the user saw is timed from that paint, not from the tokens' arrival.
+    session = PacedSession(tokens=400, step_tokens=6, tok_s=1e6)
+    app = make_app(session, Settings(proposer="n-gram", k=5), save=False)
+    paints = []  # (when, what the live area's block showed)
+    paint = Block.render_lines
+
+    def recorded(block, crop):
+        lines = paint(block, crop)
+        if block.parent is app.live:
+            paints.append((time.perf_counter(), block.content.plain))
+        return lines
+
+    monkeypatch.setattr(Block, "render_lines", recorded)
+    async with chat(app) as pilot:
+        await say(pilot, "go")
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        view = reply(app)
+        last = view.blocks[-1].content.plain  # the live block's text, gone into the chat
+        assert last and view.markdown_block.display
+        painted = [when for when, text in paints if text == last]
+        assert painted, "the last tokens were never painted in the live area"
+        assert app.stats.started + app.stats.seen_s >= painted[0]
+
+
+@pilot_test
+async def test_a_reply_is_painted_once_the_block_with_its_last_text_is():
+    app = make_app(PacedSession(tokens=10, step_tokens=1, tok_s=1e6), Settings(markdown=False), save=False)
+    async with chat(app) as pilot:
+        view = app.chat.add_reply(False, False, app.live)
+        await pilot.pause()
+        assert view.painted  # nothing to show yet but its "…"
+        view.add([("one\ntwo", "plain")])
+        assert not view.painted
+        await until(pilot, lambda: view.painted, "the paint")
+        # a line break that fills the block sends it up into the chat and leaves the live block
+        # empty: the reply's last text is then in the block gone up, painted when the chat is
+        view.add([("\nline" * (view.block_lines - 2) + "\n", "plain")])
+        assert view.block_pieces[-1] == [] and view.blocks[-2].parent is view
+        assert not view.painted
+        await until(pilot, lambda: view.painted, "the paint")
+        assert view.blocks[-2].painted

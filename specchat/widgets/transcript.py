@@ -8,7 +8,10 @@ from operator import itemgetter
 
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
+from textual.geometry import Region
 from textual.message import Message
+from textual.strip import Strip
+from textual.visual import VisualType
 from textual.widgets import Static
 
 from specchat.markdown_view import markdown
@@ -45,11 +48,24 @@ class TokenPicked(Message):
 
 
 class Block(Static):
-    """Some whole lines of a reply (in the reply, or in the live area under the chat)."""
+    """Some whole lines of a reply (in the reply, or in the live area under the chat).
+
+    It knows whether its content has been painted since it last changed: the reply's end counts
+    as on screen once its last block has been, not when its text was handed over."""
 
     def __init__(self, *args, reply: ReplyView | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.reply = reply
+        self.painted = False
+
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
+        self.painted = False
+        super().update(content, layout=layout)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        lines = super().render_lines(crop)  # called by the compositor as it paints the screen
+        self.painted = True
+        return lines
 
     def action_pick(self, index: int) -> None:
         self.post_message(TokenPicked(self.reply or self.parent, index))
@@ -97,6 +113,13 @@ class ReplyView(Vertical):
         for i in range(len(self.blocks)):
             self.show_block(i)
         self.show_view()
+
+    @property
+    def painted(self) -> bool:
+        """Whether the block that shows the reply's last text has been painted with it (a block
+        break may have left the live block empty, its text in the block just gone up)."""
+        last = next((i for i in range(len(self.blocks) - 1, -1, -1) if self.block_pieces[i]), None)
+        return last is None or self.blocks[last].painted
 
     @property
     def text(self) -> str:
