@@ -157,3 +157,24 @@ async def test_a_reply_is_painted_once_the_block_with_its_last_text_is():
         assert not view.painted
         await until(pilot, lambda: view.painted, "the paint")
         assert view.blocks[-2].painted
+
+
+@pilot_test
+async def test_a_message_that_fills_the_chat_holds_the_live_block_before_the_first_step():
+    # held at once, the reply's first lines repaint the block alone (no layout, no chat redrawn);
+    # a short message leaves it to grow under the message, as before
+    session = HeldSession(holds=[1])
+    app = make_app(session, Settings(proposer="n-gram", k=5, markdown=False), save=False)
+    async with chat(app) as pilot:
+        await say(pilot, "hi")
+        await until(pilot, lambda: session.holding == 1, "the hold")
+        assert not app.live.held and not app.chat.show_vertical_scrollbar
+        session.go.release()
+        await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
+        app.action_new_chat()
+        await pilot.pause()
+        await say(pilot, "\n".join(f"line {i}" for i in range(app.chat.size.height)))
+        await until(pilot, lambda: session.holding == 1, "the hold")
+        assert app.live.held and app.chat.show_vertical_scrollbar
+        assert app.live.block.styles.min_height.value == app.live.lines
+        session.go.release()

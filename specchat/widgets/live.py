@@ -29,23 +29,25 @@ class LiveArea(Vertical):
         self.block: Static | None = None
         self.held = False
 
-    def start(self, chat: VerticalScroll, block: Static) -> int:
+    def start(self, chat: VerticalScroll, block: Static, scrolls: bool = False) -> int:
         """Show `block` here for a new reply; the lines a block may take before it moves up: no
-        more than half the chat's height, so the chat above still shows where the reply began."""
+        more than half the chat's height, so the chat above still shows where the reply began.
+        `scrolls`: the chat is about to scroll (your message fills it): the block is held at once."""
         self.remove_children()  # the last reply's block, left here when it ended (see stop)
         self.chat, self.block, self.held = chat, block, False
         self.lines = max(FEWEST_LINES, min(BLOCK_LINES, chat.scrollable_content_region.height // 2))
         self.line_up()
         self.mount(block)
         self.display = True
-        self.follow()
+        self.follow(scrolls=scrolls)
         return self.lines
 
-    def follow(self, block_moved: bool = False) -> None:
+    def follow(self, block_moved: bool = False, scrolls: bool = False) -> None:
         """After a frame's lines: once the chat scrolls (or a block moved up into it), hold the
         block's full height, so that growing lines no longer shrink the chat a line at a time
-        (each time Textual would paint the whole chat again)."""
-        if self.held or self.block is None or not (block_moved or self.chat.max_scroll_y > 0):
+        (each time Textual would paint the whole chat again). Held from the start (`scrolls`),
+        the reply's first lines change neither its size nor the chat's."""
+        if self.held or self.block is None or not (block_moved or scrolls or self.chat.max_scroll_y > 0):
             return
         self.held = True
         self.block.styles.min_height = self.lines

@@ -239,9 +239,19 @@ class Transcript(VerticalScroll):
         reply = ReplyView(teaching, markdown, live)
         self.mount(reply)
         if live is not None:
-            reply.block_lines = live.start(self, reply.blocks[0])
+            scrolls = self.will_scroll()
+            if scrolls:  # now, not after the next layout: the chat's lines are drawn once, at their width
+                self.show_vertical_scrollbar = True
+            reply.block_lines = live.start(self, reply.blocks[0], scrolls)
         self.anchor()
         return reply
+
+    def will_scroll(self) -> bool:
+        """Whether the chat scrolls once your messages mounted since its last layout are laid out
+        (counted at a line per line and the margin above: wrapping only adds more)."""
+        laid = max((child.virtual_region_with_margin.bottom for child in self.children if child.size), default=0)
+        coming = sum(m.content.plain.count("\n") + 2 for m in self.query_children(UserMessage) if not m.size)
+        return laid + coming > self.container_size.height - self.scrollbar_size_horizontal
 
     def set_teaching(self, teaching: bool) -> None:
         for reply in self.query(ReplyView):
