@@ -103,6 +103,7 @@ class SpecChat(App):
         self.ending: tuple[str, str] | None = None  # how the engine ended the reply, till it is painted
         self.feed: StepFeed | None = None  # the steps of the reply being written
         self.frames = None  # the timer of the next frame that shows them
+        self.pacer: FramePacer | None = None  # how far apart those frames are, while a reply streams
         self.switch_s = sys.getswitchinterval()
         self.panel_at = 0.0  # when the panel was last redrawn
         self.panel_stale = False  # steps have come since
@@ -337,13 +338,19 @@ class SpecChat(App):
         self.session.run_reply(gen, feed, self.post_message)
 
     def start_frames(self) -> None:
-        """Draw the reply's new steps frame by frame; the engine thread gets the GIL back sooner."""
+        """Draw the reply's new steps frame by frame; the engine thread gets the GIL back sooner.
+        A frame's steps are painted at the screen's next refresh: the next frame is timed after
+        that, so the pause after a frame counts what painting it cost (a layout, the chat)."""
         sys.setswitchinterval(SWITCH_S)
-        pacer = FramePacer()
+        pacer = self.pacer = FramePacer()
 
         def frame() -> None:
             self.show_steps()
-            self.frames = self.set_timer(pacer.next_frame_s(), frame)
+            self.call_after_refresh(painted)
+
+        def painted() -> None:
+            if self.pacer is pacer:  # still this reply's frames (stop_frames clears it)
+                self.frames = self.set_timer(pacer.next_frame_s(), frame)
 
         self.frames = self.set_timer(pacer.fastest, frame)
 
@@ -362,10 +369,10 @@ class SpecChat(App):
             self.show_panel()
 
     def stop_frames(self) -> None:
-        if self.frames is not None:
+        if self.pacer is not None:
             self.frames.stop()
             sys.setswitchinterval(self.switch_s)
-        self.frames = self.feed = None
+        self.frames = self.pacer = self.feed = None
 
     @on(ReplyDone)
     def reply_done(self, message: ReplyDone) -> None:
