@@ -17,6 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Header
 
 from engine import EngineError, Generation, find_spec
+from specchat.collector import FullPasses
 from specchat.copying import last_code_block
 from specchat.feed import StepFeed
 from specchat.frames import SWITCH_S, FramePacer
@@ -104,6 +105,7 @@ class SpecChat(App):
         self.feed: StepFeed | None = None  # the steps of the reply being written
         self.frames = None  # the timer of the next frame that shows them
         self.pacer: FramePacer | None = None  # how far apart those frames are, while a reply streams
+        self.full_passes = FullPasses()  # the collector's full passes held off while a reply streams
         self.switch_s = sys.getswitchinterval()
         self.panel_at = 0.0  # when the panel was last redrawn
         self.panel_stale = False  # steps have come since
@@ -342,6 +344,7 @@ class SpecChat(App):
         A frame's steps are painted at the screen's next refresh: the next frame is timed after
         that, so the pause after a frame counts what painting it cost (a layout, the chat)."""
         sys.setswitchinterval(SWITCH_S)
+        self.full_passes.hold()
         pacer = self.pacer = FramePacer()
 
         def frame() -> None:
@@ -431,6 +434,7 @@ class SpecChat(App):
             reply.finish(f"{status} · {seen_summary(self.stats)}" if seen else status)
         self.reply = None
         self.save_record()
+        self.full_passes.release()  # after the reply's end is painted (reply_seen): a full pass may come now
 
     def close_reply(self) -> None:
         """End the reply now (a new chat, quitting): as it finished if its end is only waiting to be

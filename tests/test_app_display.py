@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
+
 from specchat.app import make_app
 from specchat.bench.paced import PacedSession
+from specchat.collector import HELD
 from specchat.feed import token_kinds
 from specchat.frames import FramePacer
 from specchat.settings import Settings
@@ -70,3 +73,22 @@ def test_a_run_of_tokens_of_one_origin_is_one_span_of_the_reply():
     assert [content.plain[s.start : s.end] for s in content.spans] == [" a b", " c", " d", " e"]  # plain: no style
     teaching = styled(pieces, teaching=True)
     assert [teaching.plain[s.start : s.end] for s in teaching.spans][-2:] == [" x", " e"]
+
+
+@pilot_test
+async def test_the_collectors_full_passes_are_held_off_while_a_reply_streams_and_only_then():
+    before = gc.get_threshold()
+    session = RecordingSession(tokens=599, step_tokens=6, tok_s=1e6)
+    app = make_app(session, Settings(proposer="n-gram", k=5), save=False)
+    held = []
+    show_steps = app.show_steps
+
+    def recorded():
+        held.append(gc.get_threshold()[2])
+        show_steps()
+
+    app.show_steps = recorded
+    async with chat(app) as pilot:
+        await ask(pilot, "go")
+        assert held and set(held) == {HELD}
+        assert gc.get_threshold() == before
