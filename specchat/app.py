@@ -357,8 +357,9 @@ class SpecChat(App):
 
         self.frames = self.set_timer(pacer.fastest, frame)
 
-    def show_steps(self) -> None:
-        """Every step since the last frame onto the screen at once; the panel at its own pace."""
+    def show_steps(self, panel: bool = True) -> None:
+        """Every step since the last frame onto the screen at once; the panel at its own pace
+        (unless not `panel`)."""
         if self.feed is None or self.reply is None:
             return
         shown = self.feed.take()
@@ -368,7 +369,7 @@ class SpecChat(App):
                 self.stats.add(s.step)
             self.stats.shown(self.clock())
             self.panel_stale = True
-        if self.panel_stale and time.perf_counter() - self.panel_at >= PANEL_S:
+        if panel and self.panel_stale and time.perf_counter() - self.panel_at >= PANEL_S:
             self.show_panel()
 
     def stop_frames(self) -> None:
@@ -384,7 +385,7 @@ class SpecChat(App):
         if message.reply != self.reply_id or self.reply is None:  # ended already (a new chat)
             self.engine_done(self.gen)
             return
-        self.show_steps()
+        self.show_steps(panel=False)  # the panel's last figures once these steps are painted
         self.stop_frames()
         self.ending = (message.finished, message.error)
         self.call_after_refresh(self.reply_seen, self.reply_id, self.gen)

@@ -83,9 +83,9 @@ async def test_the_collectors_full_passes_are_held_off_while_a_reply_streams_and
     held = []
     show_steps = app.show_steps
 
-    def recorded():
+    def recorded(**kw):
         held.append(gc.get_threshold()[2])
-        show_steps()
+        show_steps(**kw)
 
     app.show_steps = recorded
     async with chat(app) as pilot:

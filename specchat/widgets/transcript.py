@@ -130,6 +130,7 @@ class ReplyView(Vertical):
         """Append the pieces of one or more steps."""
         first = len(self.pieces)
         self.pieces += pieces
+        mounted: list[Block] = []  # the blocks these pieces filled or began, mounted at once
         for index, (text, kind) in enumerate(pieces, first):
             breaks = text.count("\n")
             if breaks and self.block_breaks + breaks >= self.block_lines and self.is_attached:
@@ -138,29 +139,34 @@ class ReplyView(Vertical):
                 if head:
                     self.block_pieces[-1].append((head, kind))
                     self.block_indices[-1].append(index)
-                self.show_block(-1)
-                self.start_block()
+                mounted.append(self.start_block())
                 text, breaks = tail, 0
             if text:
                 self.block_pieces[-1].append((text, kind))
                 self.block_indices[-1].append(index)
             self.block_breaks += breaks
+        if mounted:
+            self.mount(*mounted, before=self.status_line if self.live is None else self.markdown_block)
+            if self.live is not None:
+                self.live.follow(block_moved=True)
         self.show_block(-1)
         if self.live is not None:
             self.live.follow()
 
-    def start_block(self) -> None:
+    def start_block(self) -> Block:
+        """End the last block, which is full, and begin the next; the block for the caller to
+        mount: the next one, or in a live area, the full one's copy in the reply."""
+        if self.live is None:
+            self.show_block(-1)
+            self.blocks.append(Block(reply=self))
+        else:  # the full block's lines go into the reply, drawn once; the live block goes on
+            full = Block(self.block_content(-1), reply=self)  # of auto height, unlike a live block
+            full.display = self.blocks[-1].display
+            self.blocks.insert(-1, full)
         self.block_pieces.append([])
         self.block_indices.append([])
         self.block_breaks = 0
-        if self.live is None:
-            self.blocks.append(Block(reply=self))
-            self.mount(self.blocks[-1], before=self.status_line)
-            return
-        live = self.blocks[-1]
-        self.settle()
-        self.live.follow(block_moved=True)
-        self.blocks.append(live)  # drawn again from the next block's pieces
+        return self.blocks[-1] if self.live is None else self.blocks[-2]
 
     def settle(self) -> None:
         """The live block's lines into the reply, as a block of their own that is drawn once."""
@@ -179,10 +185,12 @@ class ReplyView(Vertical):
         self.live = None
 
     def show_block(self, i: int) -> None:
+        redraw(self.blocks[i], self.block_content(i))
+
+    def block_content(self, i: int) -> Content:
         if self.inspecting:
-            redraw(self.blocks[i], inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor))
-        else:
-            redraw(self.blocks[i], styled(self.block_pieces[i], self.teaching))
+            return inspectable(self.block_pieces[i], self.block_indices[i], self.teaching, self.cursor)
+        return styled(self.block_pieces[i], self.teaching)
 
     def set_teaching(self, teaching: bool) -> None:
         self.teaching = teaching
