@@ -46,7 +46,7 @@ WELCOME = (
 )
 NARROW = 96  # below this many columns the panel hides until asked for
 PANEL_S = 1 / 4  # how often the panel's figures follow them: slower than the reply, whose frames matter more
-PAINT_LOOKS = 3  # refreshes the end of a reply waits for its last block to be painted
+PAINT_WAIT_S = 1.0  # the longest the end of a reply waits to be painted (its blocks off the screen)
 SAVE_EVERY = 1.0  # seconds between saves of a reply being written: a crash loses at most this much
 # The chat screen's own actions: refused while help or settings is open (focus keys and quit pass).
 CHAT_ACTIONS = {"stop", "interrupt", "next_proposer", "k", "teaching", "panel", "settings", "new_chat", "help",
@@ -390,13 +390,15 @@ class SpecChat(App):
         self.ending = (message.finished, message.error)
         self.call_after_refresh(self.reply_seen, self.reply_id, self.gen)
 
-    def reply_seen(self, reply_id: int, gen: Generation | None, looks: int = 1) -> None:
+    def reply_seen(self, reply_id: int, gen: Generation | None, since: float | None = None) -> None:
         """The reply's last token is on the screen: note how fast it came, then close the reply."""
         if reply_id == self.reply_id and self.ending is not None:  # not ended meanwhile (a new chat)
-            if not self.reply.painted and looks < PAINT_LOOKS:
-                # A refresh can come before the screen has heard of the last block's change; the
-                # next one paints it (unless the block is off the screen: then the looks run out).
-                self.call_after_refresh(self.reply_seen, reply_id, gen, looks + 1)
+            since = time.perf_counter() if since is None else since
+            painted = self.reply.painted(above=self.chat.is_vertical_scroll_end)
+            if not painted and time.perf_counter() - since < PAINT_WAIT_S:
+                # Not yet: a refresh can come before the screen has heard of the last block's
+                # change, and blocks mounted in the chat are laid out once they are mounted.
+                self.call_after_refresh(self.reply_seen, reply_id, gen, since)
                 return
             finished, error = self.ending
             if finished != "error":

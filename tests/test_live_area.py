@@ -61,11 +61,13 @@ def lines(app) -> str:
 
 @pilot_test
 async def test_full_blocks_go_into_the_chat_and_the_last_stays_under_it_until_the_reply_ends():
-    session = HeldSession(holds=[3, 120])
+    session = HeldSession(holds=[3, 60, 120])
     app = make_app(session, Settings(proposer="n-gram", k=5, markdown=False), save=False)
     async with chat(app) as pilot:
         await started(pilot, session)
-        await held(pilot, session, 120)
+        await held(pilot, session, 60)
+        session.go.release()
+        await held(pilot, session, 120)  # two frames at least, each filling blocks
         view = reply(app)
         assert len(view.blocks) > 2 and app.live.display
         assert all(block.parent is view for block in view.blocks[:-1])
@@ -119,13 +121,12 @@ async def test_a_reply_counts_as_on_screen_once_the_live_area_has_painted_its_la
     # they streamed; the rate the user saw is timed from that paint, not from the tokens' arrival.
     session = PacedSession(tokens=400, step_tokens=6, tok_s=1e6)
     app = make_app(session, Settings(proposer="n-gram", k=5), save=False)
-    paints = []  # (when, what the live area's block showed)
+    paints = []  # (when, the block, what it showed, whether in the live area)
     paint = Block.render_lines
 
     def recorded(block, crop):
         lines = paint(block, crop)
-        if block.parent is app.live:
-            paints.append((time.perf_counter(), block.content.plain))
+        paints.append((time.perf_counter(), block, block.content.plain, block.parent is app.live))
         return lines
 
     monkeypatch.setattr(Block, "render_lines", recorded)
@@ -134,28 +135,40 @@ async def test_a_reply_counts_as_on_screen_once_the_live_area_has_painted_its_la
         await until(pilot, lambda: app.gen is None and reply(app).status, "the reply")
         view = reply(app)
         last = view.blocks[-1].content.plain  # the live block's text, gone into the chat
-        assert last and view.markdown_block.display
-        painted = [when for when, text in paints if text == last]
-        assert painted, "the last tokens were never painted in the live area"
-        assert app.stats.started + app.stats.seen_s >= painted[0]
+        assert last and len(view.blocks) > 2 and view.markdown_block.display
+        seen = app.stats.started + app.stats.seen_s
+        live = [when for when, _, text, in_live in paints if in_live and text == last]
+        assert live, "the last tokens were never painted in the live area"
+        assert live[0] <= seen
+        # and the lines right above them, the chat's last block then
+        assert min(when for when, block, _, _ in paints if block is view.blocks[-2]) <= seen
 
 
 @pilot_test
-async def test_a_reply_is_painted_once_the_block_with_its_last_text_is():
+async def test_a_reply_is_painted_once_its_last_block_and_the_one_above_it_are():
     app = make_app(PacedSession(tokens=10, step_tokens=1, tok_s=1e6), Settings(markdown=False), save=False)
     async with chat(app) as pilot:
         view = app.chat.add_reply(False, False, app.live)
         await pilot.pause()
-        assert view.painted  # nothing to show yet but its "…"
+        assert view.painted()  # nothing to show yet but its "…"
         view.add([("one\ntwo", "plain")])
-        assert not view.painted
-        await until(pilot, lambda: view.painted, "the paint")
-        # a line break that fills the block sends it up into the chat and leaves the live block
-        # empty: the reply's last text is then in the block gone up, painted when the chat is
-        view.add([("\nline" * (view.block_lines - 2) + "\n", "plain")])
+        assert not view.painted()
+        await until(pilot, lambda: view.painted(), "the paint")
+        # a frame that fills the block mounts it in the chat, right above the live block, which
+        # goes on with the rest: both are the end of the reply on screen
+        view.add([("\nline" * view.block_lines + " end", "plain")])
+        above, last = view.blocks[-2:]
+        assert above.parent is view and last.parent is app.live and not view.painted()
+        await until(pilot, lambda: view.painted(), "the paint")
+        assert above.painted and last.painted
+        above.painted = False  # as if the reader had scrolled the chat away from the end
+        assert view.painted(above=False) and not view.painted()
+        # a line break that fills the block leaves the live block empty: the reply's last text is
+        # then in the block gone up
+        view.add([("\nline" * (view.block_lines - 1) + "\n", "plain")])
         assert view.block_pieces[-1] == [] and view.blocks[-2].parent is view
-        assert not view.painted
-        await until(pilot, lambda: view.painted, "the paint")
+        assert not view.painted(above=False)
+        await until(pilot, lambda: view.painted(above=False), "the paint")
         assert view.blocks[-2].painted
 
 

@@ -16,6 +16,8 @@ from textual.widgets import Static
 
 from specchat.markdown_view import markdown
 from specchat.widgets.live import BLOCK_LINES, LiveArea
+
+SPARES = 3  # blocks kept mounted and hidden, for the blocks a frame fills (the last two, the rest)
 from specchat.widgets.origins import CURSOR, STYLES
 from specchat.widgets.redraw import redraw
 
@@ -79,7 +81,10 @@ class ReplyView(Vertical):
     Once finished, a reply may show as Markdown instead (`markdown`), in a block of its own.
 
     Given a live area (live.py), the reply's last block lives there while it streams: each full
-    block is copied into the reply once, and the last one when the reply finishes."""
+    block goes up into the reply, drawn once, and the last one when the reply finishes. The blocks
+    that take them are mounted beforehand, hidden (`spares`): shown, they are laid out and painted
+    in the same refresh as the live block, not one or two refreshes later, once mounted. Of the
+    blocks one frame fills, all but the last two (which cover the chat) go up as one block."""
 
     def __init__(self, teaching: bool = False, markdown: bool = False, live: LiveArea | None = None) -> None:
         self.live = live
@@ -90,7 +95,8 @@ class ReplyView(Vertical):
         self.markdown_block.display = False
         self.status_line = Static(classes="status")
         self.status_line.display = False
-        super().__init__(*([] if live else self.blocks), self.markdown_block, self.status_line)
+        self.spares = [self.hidden_block() for _ in range(SPARES)] if live else []
+        super().__init__(*(self.spares if live else self.blocks), self.markdown_block, self.status_line)
         self.markdown = markdown
         self.pieces: list[tuple[str, str]] = []
         self.teaching = teaching
@@ -114,12 +120,13 @@ class ReplyView(Vertical):
             self.show_block(i)
         self.show_view()
 
-    @property
-    def painted(self) -> bool:
-        """Whether the block that shows the reply's last text has been painted with it (a block
-        break may have left the live block empty, its text in the block just gone up)."""
-        last = next((i for i in range(len(self.blocks) - 1, -1, -1) if self.block_pieces[i]), None)
-        return last is None or self.blocks[last].painted
+    def painted(self, above: bool = True) -> bool:
+        """Whether the block that shows the reply's last text has been painted with it, and
+        (`above`: the chat shows its end) the block before it: a frame that fills blocks mounts
+        them in the chat, the last right above the live block, and a block break may have left
+        the live block empty."""
+        shown = [i for i in range(len(self.blocks)) if self.block_pieces[i]][-2 if above else -1 :]
+        return all(self.blocks[i].painted for i in shown)
 
     @property
     def text(self) -> str:
@@ -130,50 +137,90 @@ class ReplyView(Vertical):
         """Append the pieces of one or more steps."""
         first = len(self.pieces)
         self.pieces += pieces
-        mounted: list[Block] = []  # the blocks these pieces filled or began, mounted at once
+        if self.live is not None and self.is_attached:
+            self.add_live(list(enumerate(pieces, first)))
+            return
+        mounted: list[Block] = []  # the blocks these pieces began, mounted at once
         for index, (text, kind) in enumerate(pieces, first):
             breaks = text.count("\n")
             if breaks and self.block_breaks + breaks >= self.block_lines and self.is_attached:
                 # the block ends at this piece's last line break, which the next block's start implies
                 head, _, tail = text.rpartition("\n")
-                if head:
-                    self.block_pieces[-1].append((head, kind))
-                    self.block_indices[-1].append(index)
-                mounted.append(self.start_block())
+                self.append(-1, head, kind, index)
+                self.show_block(-1)
+                self.start_block()
+                mounted.append(self.blocks[-1])
                 text, breaks = tail, 0
-            if text:
-                self.block_pieces[-1].append((text, kind))
-                self.block_indices[-1].append(index)
+            self.append(-1, text, kind, index)
             self.block_breaks += breaks
         if mounted:
-            self.mount(*mounted, before=self.status_line if self.live is None else self.markdown_block)
-            if self.live is not None:
-                self.live.follow(block_moved=True)
+            self.mount(*mounted, before=self.status_line)
         self.show_block(-1)
-        if self.live is not None:
-            self.live.follow()
 
-    def start_block(self) -> Block:
-        """End the last block, which is full, and begin the next; the block for the caller to
-        mount: the next one, or in a live area, the full one's copy in the reply."""
+    def add_live(self, pieces: list[tuple[int, tuple[str, str]]]) -> None:
+        """Append (index, piece) pairs while the last block is in the live area. Each time it
+        fills, it ends at the filling piece's last line break (which the next block's start
+        implies)."""
+        ends, breaks = [], self.block_breaks  # where the blocks these pieces fill end
+        for at, (_, (text, _)) in enumerate(pieces):
+            n = text.count("\n")
+            if n and breaks + n >= self.block_lines:
+                ends.append(at)
+                breaks = 0  # the piece's text after its last line break has none
+            else:
+                breaks += n
+        start = 0
+        for end in ends[-SPARES:]:  # the blocks before these go up as one
+            index, (text, kind) = pieces[end]
+            head, _, tail = text.rpartition("\n")
+            for i, (t, k) in pieces[start:end]:
+                self.append(-1, t, k, i)
+            self.append(-1, head, kind, index)
+            self.start_block()
+            pieces[end], start = (index, (tail, kind)), end
+        for i, (t, k) in pieces[start:]:
+            self.append(-1, t, k, i)
+        self.block_breaks = breaks
+        if ends:
+            new = [self.hidden_block() for _ in range(SPARES - len(self.spares))]
+            self.spares += new
+            self.mount(*new, before=self.markdown_block)  # for the next frames, mounted meanwhile
+            self.live.follow(block_moved=True)
+        self.show_block(-1)
+        self.live.follow()
+
+    def append(self, block: int, text: str, kind: str, index: int) -> None:
+        if text:
+            self.block_pieces[block].append((text, kind))
+            self.block_indices[block].append(index)
+
+    def start_block(self) -> None:
+        """End the last block, which is full, and begin the next: in a live area the full one's
+        lines go into the reply (the spare block shows them) and the live block goes on."""
         if self.live is None:
-            self.show_block(-1)
             self.blocks.append(Block(reply=self))
-        else:  # the full block's lines go into the reply, drawn once; the live block goes on
-            full = Block(self.block_content(-1), reply=self)  # of auto height, unlike a live block
-            full.display = self.blocks[-1].display
-            self.blocks.insert(-1, full)
+        else:
+            self.blocks.insert(-1, self.unhide_spare(self.block_content(-1)))
         self.block_pieces.append([])
         self.block_indices.append([])
         self.block_breaks = 0
-        return self.blocks[-1] if self.live is None else self.blocks[-2]
+
+    def hidden_block(self) -> Block:
+        block = Block(reply=self)
+        block.display = False
+        return block
+
+    def unhide_spare(self, content: Content) -> Block:
+        """A spare block, showing `content` (of auto height, unlike a live block) as the reply's
+        blocks show now."""
+        block = self.spares.pop(0)
+        block.update(content)
+        block.display = self.blocks[-1].display
+        return block
 
     def settle(self) -> None:
         """The live block's lines into the reply, as a block of their own that is drawn once."""
-        block = Block(self.blocks[-1].content, reply=self)  # of auto height, unlike a live block
-        block.display = self.blocks[-1].display
-        self.blocks[-1] = block
-        self.mount(block, before=self.markdown_block)
+        self.blocks[-1] = self.unhide_spare(self.blocks[-1].content)
 
     def leave_live_area(self) -> None:
         """The reply is over: its last block into the reply, and the live area free."""
