@@ -68,9 +68,11 @@ async def opened(pilot, key: str) -> None:
 
 
 async def ask(pilot, text: str) -> None:
-    """Send a message and wait until its reply has finished."""
+    """Send a message and wait until its reply has finished and is laid out as finished (the
+    reply closes once its last tokens are painted: its final view comes at the next refresh)."""
     await say(pilot, text)
     await until(pilot, lambda: pilot.app.gen is None and reply(pilot.app).status, "the reply")
+    await pilot.pause()
 
 
 def steps_shown(app) -> int:
