@@ -38,7 +38,8 @@ from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
 from specchat.widgets.race_screen import RaceScreen
 from specchat.widgets.settings_screen import SettingsScreen
-from specchat.widgets.transcript import ReplyView, TokenPicked, Transcript
+from specchat.widgets.reply import ReplyView, TokenPicked
+from specchat.widgets.transcript import Transcript
 
 WELCOME = (
     "Ask anything. Each token of a reply shows where it came from (see the legend below): "

@@ -7,7 +7,7 @@ import contextlib
 import functools
 import time
 
-from specchat.widgets.transcript import ReplyView
+from specchat.widgets.reply import ReplyView
 
 
 def pilot_test(scenario):

@@ -8,7 +8,8 @@ from engine import EngineError
 from specchat.app import make_app
 from specchat.settings import Settings, data_dir
 from specchat.widgets.panel import SpecPanel
-from specchat.widgets.transcript import STYLES, ReplyView
+from specchat.widgets.origins import STYLES
+from specchat.widgets.reply import ReplyView
 from tests.pilot import (
     answer,
     ask,

@@ -10,7 +10,8 @@ from specchat.collector import HELD
 from specchat.feed import token_kinds
 from specchat.frames import FramePacer
 from specchat.settings import Settings
-from specchat.widgets.transcript import STYLES, styled
+from specchat.widgets.origins import STYLES
+from specchat.widgets.reply import styled
 from tests.pilot import ask, chat, pilot_test, reply
 
 

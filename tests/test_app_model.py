@@ -10,7 +10,7 @@ from engine.loading import packs
 from specchat.app import make_app
 from specchat.session import ChatSession
 from specchat.settings import Settings
-from specchat.widgets.transcript import ReplyView
+from specchat.widgets.reply import ReplyView
 from tests.conftest import tiny_model
 from tests.pilot import LetterTokenizer, chat, pilot_test, say, until
 

@@ -14,7 +14,7 @@ import engine
 from specchat.app import make_app
 from specchat.session import ChatSession
 from specchat.settings import ChatRecord, Settings, config_dir
-from specchat.widgets.transcript import ReplyView
+from specchat.widgets.reply import ReplyView
 from tests.conftest import tiny_model
 from tests.pilot import (
     LetterTokenizer,

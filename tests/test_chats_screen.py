@@ -10,7 +10,8 @@ from specchat.settings import ChatRecord, Settings
 from specchat.widgets.chats_screen import ChatsScreen
 from specchat.widgets.help import KEYS
 from specchat.widgets.keys import KeyLine
-from specchat.widgets.transcript import ReplyView, UserMessage
+from specchat.widgets.reply import ReplyView
+from specchat.widgets.transcript import UserMessage
 from tests.pilot import chat, pilot_test, recorded_notes, reply, say, stepped, until
 from tests.scripted import ScriptedSession
 

@@ -14,7 +14,7 @@ from specchat.refused import RefusedAtWordEnd, joins
 from specchat.session import ChatSession
 from specchat.settings import Settings
 from specchat.widgets.legend import ENTRIES, Legend
-from specchat.widgets.transcript import STYLES
+from specchat.widgets.origins import STYLES
 from tests.pilot import ask, chat, pilot_test, reply
 from tests.scripted import REFUSED, WORDS, ScriptedSession
 

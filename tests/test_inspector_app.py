@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specchat.app import make_app
 from specchat.settings import Settings
-from specchat.widgets.transcript import Block, TokenPicked
+from specchat.widgets.reply import Block, TokenPicked
 from tests.pilot import ask, chat, pilot_test, reply
 from tests.scripted import WORDS, ScriptedSession
 

@@ -9,7 +9,7 @@ import time
 from specchat.app import make_app
 from specchat.bench.paced import PacedSession
 from specchat.settings import Settings
-from specchat.widgets.transcript import Block
+from specchat.widgets.reply import Block
 from tests.pilot import chat, pilot_test, reply, say, until
 
 

@@ -12,7 +12,7 @@ from specchat.settings import Settings
 from specchat.widgets.help import keys
 from specchat.widgets.legend import ENTRIES, Legend
 from specchat.widgets.origins import CURSOR, STYLES, TINTS
-from specchat.widgets.transcript import TokenPicked
+from specchat.widgets.reply import TokenPicked
 from tests.pilot import ask, chat, pilot_test, ready, reply, stepped, until
 from tests.scripted import ScriptedSession
 

@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from specchat.race import Race
-from specchat.widgets.transcript import styled
+from specchat.widgets.reply import styled
 
 
 def verdict(same: bool | None) -> tuple[str, str]:
