@@ -22,7 +22,6 @@ from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
     accepted_at,
     attention_mask,
-    expected_accepted,
     labels,
     sample_anchors,
 )
@@ -106,10 +105,10 @@ def test_labels_are_the_tokens_after_the_anchor_inside_the_reply():
     assert wanted[0, 1, :2].tolist() == [10, 11] and counted[0, 1].tolist() == [True, True, False]
 
 
-def test_expected_accepted_counts_the_run_of_right_drafts():
+def test_tau_counts_the_run_of_right_drafts():
     correct = torch.tensor([[[True, True, False, True], [False, True, True, True]]])
-    assert expected_accepted(correct, torch.tensor([[True, True]])) == pytest.approx(1 + (2 + 0) / 2)
-    assert expected_accepted(correct, torch.tensor([[True, False]])) == pytest.approx(3.0)
+    assert 1 + sum(accepted_at(correct, torch.tensor([[True, True]]))) == pytest.approx(1 + (2 + 0) / 2)
+    assert 1 + sum(accepted_at(correct, torch.tensor([[True, False]]))) == pytest.approx(3.0)
     # the acceptance curve: block 1 survives positions 1-2, block 2 none
     assert accepted_at(correct, torch.tensor([[True, True]])) == pytest.approx([0.5, 0.5, 0.0, 0.0])
 

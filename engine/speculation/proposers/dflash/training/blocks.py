@@ -86,16 +86,11 @@ def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor
     return torch.exp(-(i - 1) / gamma)
 
 
-def expected_accepted(correct: torch.Tensor, keep: torch.Tensor) -> float:
-    """Mean tokens per step a block's greedy drafts would give (tau, the bonus included): the
-    run of correct drafts from position 1, plus one, averaged over kept blocks.
-    correct [b, N, B-1] bool, keep [b, N]."""
-    return 1.0 + sum(accepted_at(correct, keep))
-
-
 def accepted_at(correct: torch.Tensor, keep: torch.Tensor) -> list[float]:
     """For each block position i = 1..B-1, the share of kept blocks whose drafts 1..i are all
-    right: the acceptance curve a verify step would see, whose sum plus one is tau."""
+    right: the acceptance curve a verify step would see, whose sum plus one is tau (the mean
+    tokens per step of the blocks' greedy drafts, the bonus included).
+    correct [b, N, B-1] bool, keep [b, N]."""
     run = correct.int().cumprod(dim=-1).float()  # [b, N, B-1]
     kept = keep.float()[:, :, None]
     return ((run * kept).sum(dim=(0, 1)) / kept.sum().clamp(min=1.0)).tolist()

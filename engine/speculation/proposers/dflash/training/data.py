@@ -100,6 +100,7 @@ def read_samples(target, prompts_path: str | Path, replies_paths: list[str | Pat
     """One sample per reply: the prompt's messages through the target's chat template, then the
     reply's token ids as the target generated them (its stop token included)."""
     prompts = {p["id"]: p for p in read_jsonl(prompts_path) if "messages" in p}
+    encoded: dict[str, list[int]] = {}  # a prompt answered greedy and sampled is encoded once
     samples = []
     for path in replies_paths:
         for number, reply in enumerate(read_jsonl(path)):
@@ -107,12 +108,14 @@ def read_samples(target, prompts_path: str | Path, replies_paths: list[str | Pat
             if prompt is None:
                 raise EngineError(f"{path}: reply {reply.get('id')!r} has no prompt in {prompts_path}")
             tokens = list(reply.get("tokens") or ())
-            if number == 0:
-                check_made_by(target, path, reply, tokens)
             if any(not 0 <= t < target.config.vocab_size for t in tokens):
                 raise EngineError(f"{path}: reply {reply.get('id')!r} has token ids outside {target.name}'s "
                                   "vocabulary: its replies were made by another model")
-            ids = target.encode_chat(prompt["messages"])
+            if number == 0:
+                check_made_by(target, path, reply, tokens)
+            if prompt["id"] not in encoded:
+                encoded[prompt["id"]] = target.encode_chat(prompt["messages"])
+            ids = encoded[prompt["id"]]
             samples.append(Sample(ids + tokens, len(ids)))
     if not samples:
         raise EngineError(f"no replies in {', '.join(map(str, replies_paths))}: run specchat generate first")
@@ -121,11 +124,10 @@ def read_samples(target, prompts_path: str | Path, replies_paths: list[str | Pat
 
 def check_made_by(target, path, reply: dict, tokens: list[int]) -> None:
     """A drafter learns its target's own replies: a file whose first reply's tokens do not spell
-    its text under this target's tokenizer was made by another model (ids in range or not)."""
+    its text under this target's tokenizer was made by another model (its ids in range)."""
     if "response" not in reply:
         return
-    text = target.tokenizer.decode([t for t in tokens if 0 <= t < target.config.vocab_size],
-                                   skip_special_tokens=True)
+    text = target.tokenizer.decode(tokens, skip_special_tokens=True)
     if text.strip() != reply["response"].strip():
         raise EngineError(f"{path}: its replies were not made by {target.name} (their tokens do not spell "
                           "their text with its tokenizer): generate them with this model")

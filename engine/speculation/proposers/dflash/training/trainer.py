@@ -48,7 +48,7 @@ class TrainSettings:
     warmup_steps: int = 20
     weight_decay: float = 0.01
     clip: float = 1.0
-    batch_size: int = 4  # samples per step
+    batch_size: int = 8  # samples per step (as much learnt per sample as 4 on the H200, at 1.2x the samples/s)
     max_length: int = 2048  # longer samples are cut
     epochs: int | None = None  # default: one, or as many as a time budget allows
     steps: int | None = None  # total steps (default: the epochs' worth, or what --minutes allows)
@@ -69,12 +69,16 @@ class StepReport:
     step: int
     total: int
     loss: float
-    tau: float  # expected tokens per step of this step's blocks (greedy drafts)
     accepted_at: list[float]  # per block position, the share of blocks whose drafts up to it are right
     samples: int  # seen since the start, resumed runs included
     tokens: int
     seconds: float  # training time since the start
     learning_rate: float
+
+    @property
+    def tau(self) -> float:
+        """Expected tokens per step of this step's blocks (greedy drafts, the bonus included)."""
+        return 1.0 + sum(self.accepted_at)
 
 
 @dataclass
@@ -230,8 +234,8 @@ class Trainer:
         state.step += 1
         state.samples += len(batch)
         state.tokens += sum(len(x.ids) for x in batch)
-        return StepReport(state.step, state.total, float(loss.detach()), 1.0 + sum(accepted), accepted,
-                          state.samples, state.tokens, state.seconds, lr)
+        return StepReport(state.step, state.total, float(loss.detach()), accepted, state.samples, state.tokens,
+                          state.seconds, lr)
 
     def _next_batch(self) -> list[Sample]:
         """The next samples in this epoch's fixed order (a new order each epoch, from the seed,
