@@ -118,6 +118,8 @@ def add_train_arguments(p) -> None:
     p.add_argument("--standardize-features", action="store_true",
                    help="train fc on the target's states scaled to unit RMS per channel (folded into the "
                         "written weights)")
+    p.add_argument("--start-from-target", action="store_true",
+                   help="start the drafter's layers as copies of the target's last ones instead of random weights")
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")

@@ -43,7 +43,8 @@ def train(args) -> int:
                              max_length=args.max_length, epochs=args.epochs, steps=args.steps,
                              minutes=args.minutes, learning_rate=args.learning_rate,
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
-                             standardize_features=args.standardize_features)
+                             standardize_features=args.standardize_features,
+                             start_from_target=args.start_from_target)
     args.max_context = max(args.max_context or 0, args.max_length + 16)
     with message_progress() as progress:
         target = load_target(args, progress)

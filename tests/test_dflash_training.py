@@ -334,3 +334,38 @@ def test_a_drafter_trained_on_standardized_states_is_written_to_read_raw_ones(co
         trained = drafter_hidden(trainer.drafter, target.decoder.embed_tokens, raw / scale, ids, blocks)
         served = drafter_hidden(written, target.decoder.embed_tokens, raw, ids, blocks)
     torch.testing.assert_close(served, trained, atol=2e-4, rtol=1e-3)
+
+
+def test_a_drafter_started_from_the_target_begins_as_its_last_layers(corpus, tmp_path):
+    """--start-from-target: the drafter's layers are the target's last ones (biases dropped), its
+    final norm the target's, and fc passes the deepest feature layer through unchanged."""
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(start_from_target=True), tmp_path / "d")
+    drafter, layers = trainer.drafter, target.decoder.layers
+    theirs = layers[len(layers) - len(drafter.layers):]
+    for mine, copied in zip(drafter.layers, theirs, strict=True):
+        for name, p in copied.named_parameters():
+            if not name.endswith("bias"):
+                assert torch.equal(mine.get_parameter(name), p.float()), name
+    assert torch.equal(drafter.norm.weight, target.decoder.norm.weight.float())
+    ids, _ = trainer.padded(samples[:2])
+    target.state_layers = drafter.state_layers
+    states = batch_states(target, ids)
+    deepest = states.unflatten(-1, (len(drafter.state_layers), -1))[..., -1, :]
+    torch.testing.assert_close(drafter.fc(states), deepest)
+
+
+def test_standardized_features_keep_the_targets_start(corpus, tmp_path, monkeypatch):
+    """Standardizing the states would change what a copied fc reads: the first batch's scale is
+    folded into it, so the drafter starts as the same function of the target's states."""
+    target, samples, _ = corpus
+    raw = Trainer(target, samples, settings(start_from_target=True), tmp_path / "raw")
+    scaled = Trainer(target, samples, settings(start_from_target=True, standardize_features=True), tmp_path / "s")
+    monkeypatch.setattr(target, "state_layers", raw.drafter.state_layers)
+    ids, mask, standardized = scaled._tensors(samples[:4])
+    _, _, states = raw._tensors(samples[:4])
+    blocks = sample_anchors(mask, 6, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(drafter_hidden(scaled.drafter, target.decoder.embed_tokens, standardized, ids, blocks),
+                                   drafter_hidden(raw.drafter, target.decoder.embed_tokens, states, ids, blocks),
+                                   atol=2e-4, rtol=1e-3)

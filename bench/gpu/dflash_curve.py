@@ -35,6 +35,8 @@ def main() -> None:
         label = f"{settings['num_layers']} layers, batch {settings['batch_size']}, lr {settings['learning_rate']:g}"
         if settings.get("standardize_features"):
             label += ", standardized"
+        if settings.get("start_from_target"):
+            label += ", from the target's layers"
         if label in runs:  # two runs of one size: the file tells them apart
             label += f" ({Path(path).parent.name}/{Path(path).stem})"
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],

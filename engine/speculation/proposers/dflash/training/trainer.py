@@ -27,6 +27,7 @@ from engine.speculation.proposers.dflash.training.checkpoint import load_checkpo
 from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
 from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
+from engine.speculation.proposers.dflash.training.start import random_start, target_start
 
 CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
@@ -62,6 +63,8 @@ class TrainSettings:
     # carry massive activations), and Adam moves every weight by about the same step, so without
     # it the loud channels' weights swing while the quiet ones' barely move
     standardize_features: bool = False
+    # start from the target's last layers (start.py) instead of random weights
+    start_from_target: bool = False
 
 
 @dataclass
@@ -133,13 +136,10 @@ class Trainer:
             return UNBOUNDED
         return (s.epochs or 1) * -(-len(self.samples) // s.batch_size)
 
-    @torch.no_grad()
     def _initialise(self) -> None:
-        for name, p in self.drafter.named_parameters():
-            if "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, self.settings.init_std, generator=self.generator)
+        random_start(self.drafter, self.settings.init_std, self.generator)  # draws the same numbers either way
+        if self.settings.start_from_target:
+            target_start(self.drafter, self.target)
 
     def _restore(self, checkpoint: dict) -> None:
         self.drafter.load_state_dict(checkpoint["drafter"])
@@ -265,6 +265,9 @@ class Trainer:
             return ids, loss_mask, states
         if self.feature_scale is None:
             self.feature_scale = channel_rms([min(len(x.ids), self.settings.max_length) for x in batch], states)
+            if self.settings.start_from_target and self.state.step == 0:
+                with torch.no_grad():  # fc reads the states as they were when it was copied
+                    self.drafter.fc.weight.mul_(self.fc_scale())
         return ids, loss_mask, states / self.feature_scale.to(states.dtype)
 
     def fc_scale(self) -> torch.Tensor | None:

@@ -1,0 +1,47 @@
+"""Where a drafter's training starts: random weights, or the target's own last layers.
+
+A drafter of the target's width can begin as the end of the target itself: its N layers copies
+of the target's last N, its final norm the target's, fc reading only the deepest feature layer
+the target exposes, and hidden_norm the first copied layer's input norm. The context keys and
+values of the drafter's first layer are then the target's own keys and values of that layer
+(RMSNorm ignores the scale fc leaves), so training refines a function that already reads the
+context the way the target does, instead of discovering attention and the vocabulary's
+geometry from noise. What does not carry over starts neutral: the target's q/k/v biases (the
+drafter has none, as z-lab's) are dropped, and q/k norms the target lacks are ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.speculation.proposers.dflash.network import DFlashDrafter
+
+
+@torch.no_grad()
+def random_start(drafter: DFlashDrafter, std: float, generator: torch.Generator) -> None:
+    for name, p in drafter.named_parameters():
+        if "norm" in name:
+            p.fill_(1.0)
+        else:
+            p.normal_(0.0, std, generator=generator)
+
+
+@torch.no_grad()
+def target_start(drafter: DFlashDrafter, target) -> None:
+    """Copy the target's last len(drafter.layers) layers and final norm into the drafter; fc
+    passes the deepest feature layer through (zero weights for the others, which gradients move)."""
+    decoder = target.decoder
+    first = len(decoder.layers) - len(drafter.layers)
+    for mine, theirs in zip(drafter.layers, decoder.layers[first:], strict=True):
+        copy = {name: p for name, p in theirs.named_parameters() if not name.endswith("bias")}
+        for name, p in mine.named_parameters():
+            if name in copy:
+                p.copy_(copy[name].to(p.device, p.dtype))
+            elif "norm" in name:
+                p.fill_(1.0)  # q/k norms of a target without them: start as the identity
+    drafter.norm.weight.copy_(decoder.norm.weight.to(drafter.norm.weight.device, torch.float32))
+    drafter.hidden_norm.weight.copy_(drafter.layers[0].input_layernorm.weight)
+    h = drafter.config.shape.hidden_size
+    deepest = drafter.target_layer_ids.index(max(drafter.target_layer_ids))  # fc's input block
+    drafter.fc.weight.zero_()
+    drafter.fc.weight[:, deepest * h : (deepest + 1) * h] = torch.eye(h)
