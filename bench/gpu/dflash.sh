@@ -18,7 +18,7 @@
 #                          passes more train-dflash options (EXTRA=--standardize-features)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
-#   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15, greedy and sampled) with it
+#   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15 and auto, greedy and sampled) with it
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=${SPECCHAT_CACHE:-/root/stage/cache}
 OUT=${OUT:-bench/out}
@@ -76,7 +76,7 @@ eval)
 bench)
   for prompt in edit explain; do
     timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
-      --k 4 8 15 --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2-$prompt" 2>&1 \
+      --k 4 8 15 auto --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2-$prompt" 2>&1 \
       | grep -v "Warn\|warn" | tail -14
   done
   ;;
