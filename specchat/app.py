@@ -27,6 +27,7 @@ from specchat.race import export_race, run_race
 from specchat.session import ChatSession, chat_name, clamp_k, k_position, next_k
 from specchat.settings import ChatRecord, Settings, data_dir
 from specchat.stats_file import write_stats
+from specchat.timeline import ReplyTimeline
 from specchat.widgets.chats_screen import ChatsScreen
 from specchat.widgets.help import HelpScreen
 from specchat.widgets.inspector import StepInspector
@@ -112,6 +113,7 @@ class SpecChat(App):
         self.panel_stale = False  # steps have come since
         self.clock = time.perf_counter  # of the rate the user saw (a test fixes it for a stable screen)
         self.reply_id = 0
+        self.timeline = ReplyTimeline()  # where the latest reply's time went (specchat bench chat prints it)
         self.reply: ReplyView | None = None
         self.panel_forced: bool | None = None  # ctrl+b's choice; None: by the terminal's width
         self.inspecting = False  # the step inspector (f4): steps keep their verify numbers
@@ -306,6 +308,7 @@ class SpecChat(App):
 
     def send(self, text: str) -> None:
         """Start a reply to `text` (no reply is being written: `submitted` keeps the text till then)."""
+        timeline = ReplyTimeline.begin()
         try:
             sampling = self.session.sampling = self.settings.sampling()
             self.record.messages.append({"role": "user", "content": text})
@@ -327,6 +330,7 @@ class SpecChat(App):
         if self.inspecting and (self.inspected is None or not self.inspected.is_attached):
             self.inspected = self.reply
         self.stats.new_reply(started=self.clock())
+        self.timeline = timeline
         self.reply_id += 1
         self.gen = gen
         gen.inspect = self.inspecting
@@ -365,6 +369,7 @@ class SpecChat(App):
             return
         shown = self.feed.take()
         if shown:
+            self.timeline.frames += 1
             self.reply.add_steps(shown)
             for s in shown:
                 self.stats.add(s.step)
@@ -386,6 +391,12 @@ class SpecChat(App):
         if message.reply != self.reply_id or self.reply is None:  # ended already (a new chat)
             self.engine_done(self.gen)
             return
+        feed, line = self.feed, self.timeline
+        if feed is not None:
+            for name, at in (("engine began", feed.began), ("first step", feed.first_at), ("last step", feed.last_at)):
+                if at is not None:
+                    line.mark(name, at)
+        line.mark("end handled")
         self.show_steps(panel=False)  # the panel's last figures once these steps are painted
         self.stop_frames()
         self.ending = (message.finished, message.error)
@@ -404,6 +415,7 @@ class SpecChat(App):
             finished, error = self.ending
             if finished != "error":
                 self.stats.shown(self.clock(), final=True)
+                self.timeline.end()
             self.end_reply(finished, error, seen=finished != "error")
             self.show_panel()
         self.engine_done(gen)

@@ -8,6 +8,7 @@ origin (`ShownStep`): a frame's steps in one pass, off the engine's path.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -55,9 +56,16 @@ class StepFeed:
         self.detokenizer = detokenizer
         self.words = RefusedAtWordEnd()
         self._steps: deque[Step] = deque()
+        # perf_counter stamps of the engine thread (see specchat.timeline): its start, first step, last step
+        self.began: float | None = None
+        self.first_at: float | None = None
+        self.last_at: float | None = None
 
     def put(self, step: Step) -> None:
         self._steps.append(step)
+        self.last_at = time.perf_counter()
+        if self.first_at is None:
+            self.first_at = self.last_at
 
     def take(self) -> list[ShownStep]:
         """Every step put since the last take, in order, with its text."""

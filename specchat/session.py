@@ -6,6 +6,7 @@ and talks to the app only through `post`, Textual's thread-safe `post_message`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from engine import (
@@ -148,6 +149,7 @@ class ChatSession:
     def run_reply(self, gen: Generation, feed: StepFeed, post: Post) -> None:
         """Run a reply to its end, putting each step into `feed` (the app decodes their text
         frame by frame), then post ReplyDone."""
+        feed.began = time.perf_counter()
         finished = "stop"
         try:
             for step in gen:

@@ -4,7 +4,9 @@ For each case (plain decoding, each proposer at each k) it times the same reply 
 the engine alone (a thread running the reply into a feed nobody reads, as the app's worker
 does), the engine's own step times while the app shows it, and the wall time from Enter to the
 last token on the screen of the real app, driven headless through Textual's Pilot. The first
-reply of each case in a fresh app is timed apart: on a GPU it pays for compiling kernels.
+reply of each case in a fresh app is timed apart: on a GPU it pays for compiling kernels. A
+second table says where the time on screen went (specchat.timeline): the app before the engine
+starts, prefill, steps, the wait for the app's turn after the last step, the end's paint.
 
 With --scripted the engine is a paced script (see specchat.bench.paced) instead of a model.
 """
@@ -30,6 +32,7 @@ from specchat.bench.paced import PacedSession
 from specchat.feed import StepFeed
 from specchat.progress import message_progress
 from specchat.session import ChatSession
+from specchat.timeline import SPANS, ReplyTimeline
 
 SCREEN = (160, 50)
 POLL_S = 0.02  # how often the bench looks whether a reply is on the screen
@@ -45,6 +48,7 @@ class Case:
     steps: list[float] = field(default_factory=list)  # in the app: the engine's own prefill + step time
     shown: list[float] = field(default_factory=list)  # in the app: Enter to the last token on screen
     first: float | None = None  # the first reply of this case in a fresh app
+    timelines: list[ReplyTimeline] = field(default_factory=list)  # of the later replies in the app
     tokens: int = 0
 
 
@@ -98,6 +102,7 @@ async def run_in_app(cases: list[Case], text: str, max_tokens: int, repeats: int
                     case.first = app.stats.seen_s
                 else:
                     case.shown.append(app.stats.seen_s)
+                    case.timelines.append(app.timeline)
                     case.steps.append(app.stats.reply.prefill_s + app.stats.reply.decode_s)
 
 
@@ -114,6 +119,21 @@ def table(cases: list[Case]) -> str:
             f"| {c.label} | {c.tokens} | {alone:.3f} | {statistics.median(c.steps):.3f} | {shown:.3f} "
             f"| **{shown / alone:.2f}x** | {first} |"
         )
+    return "\n".join(lines)
+
+
+def breakdown(cases: list[Case]) -> str:
+    """Where the on-screen time went, per case (medians of the later replies in the app)."""
+    labels = [label for label, _, _ in SPANS]
+    lines = ["| case | " + " | ".join(f"{label} s" for label in labels) + " | app thread CPU s | frames |",
+             "|" + "---|" * (len(labels) + 3)]
+    for c in cases:
+        spans = [t.spans() for t in c.timelines]
+        cells = [statistics.median(s[label] for s in spans) if all(label in s for s in spans) else None
+                 for label in labels]
+        lines.append(f"| {c.label} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells)
+                     + f" | {statistics.median(t.app_cpu_s for t in c.timelines):.3f}"
+                     + f" | {statistics.median(t.frames for t in c.timelines):g} |")
     return "\n".join(lines)
 
 
@@ -170,4 +190,6 @@ def bench_chat(args) -> int:
     what = "scripted engine" if args.scripted else f"{cases[0].session.label}, prompt {len(text)} characters"
     print(f"specchat bench chat · {what} · {args.max_new_tokens} tokens · {date.today()} · median of {args.repeats}")
     print(table(cases))
+    print("\nwhere the time on screen went (medians):\n")
+    print(breakdown(cases))
     return 0
