@@ -38,8 +38,8 @@ from specchat.widgets.loading import Loading
 from specchat.widgets.panel import SpecPanel, Stats
 from specchat.widgets.prompt import PromptInput
 from specchat.widgets.race_screen import RaceScreen
-from specchat.widgets.settings_screen import SettingsScreen
 from specchat.widgets.reply import ReplyView, TokenPicked
+from specchat.widgets.settings_screen import SettingsScreen
 from specchat.widgets.transcript import Transcript
 
 WELCOME = (
