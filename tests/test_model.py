@@ -118,3 +118,33 @@ def test_offline_hub_id_not_in_cache_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(EngineError, match="offline"):
         load_model("someone/not-cached-model", device="cpu")
+
+
+class CountingTokenizer:
+    """Enough of a tokenizer for stop_ids, counting how often its vocabulary is built."""
+
+    eos_token_id = 2
+
+    def __init__(self, vocab: dict[str, int]):
+        self.vocab, self.built = vocab, 0
+
+    def get_vocab(self) -> dict[str, int]:
+        self.built += 1
+        return dict(self.vocab)
+
+    def convert_tokens_to_ids(self, name: str) -> int:
+        return self.vocab[name]
+
+
+def test_stop_ids_build_the_vocabulary_once_per_tokenizer():
+    # a chat asks for them at every reply; the vocabulary's dict costs a tenth of a second or more
+    from engine import random_model
+    from tests.conftest import tiny_config
+
+    model = random_model(tiny_config("qwen2", vocab=32, num_layers=1))
+    model.tokenizer = CountingTokenizer({"<|im_end|>": 7, "<|endoftext|>": 5, "a": 9})
+    first = model.stop_ids()
+    assert {2, 5, 7} <= set(first) and 9 not in first
+    assert model.stop_ids() == first and model.tokenizer.built == 1
+    model.tokenizer = CountingTokenizer({"<|eot_id|>": 11})  # another tokenizer: asked anew
+    assert 11 in model.stop_ids() and 7 not in model.stop_ids() and model.tokenizer.built == 1

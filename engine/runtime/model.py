@@ -170,14 +170,21 @@ class Model:
         return self.tokenizer.encode(text)
 
     def stop_ids(self) -> list[int]:
-        ids = set(self.config.eos_token_ids)
+        """The tokens that end a reply. Worked out once per tokenizer: get_vocab() builds the whole
+        vocabulary as a dict (150,000 entries for Qwen, 0.1 s or more), and a chat asks at every reply."""
         tok = self.tokenizer
+        cached = getattr(self, "_stop_ids", None)
+        if cached is not None and cached[0] is tok:
+            return list(cached[1])
+        ids = set(self.config.eos_token_ids)
         if tok is not None and tok.eos_token_id is not None:
             ids.add(tok.eos_token_id)
+        vocab = getattr(tok, "get_vocab", lambda: {})() if tok is not None else {}
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-            if tok is not None and name in getattr(tok, "get_vocab", lambda: {})():
+            if name in vocab:
                 ids.add(tok.convert_tokens_to_ids(name))
-        return sorted(ids)
+        self._stop_ids = (tok, sorted(ids))
+        return list(self._stop_ids[1])
 
 
 def random_model(cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0, std: float = 0.02,
