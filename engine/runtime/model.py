@@ -179,7 +179,7 @@ class Model:
         ids = set(self.config.eos_token_ids)
         if tok is not None and tok.eos_token_id is not None:
             ids.add(tok.eos_token_id)
-        vocab = getattr(tok, "get_vocab", lambda: {})() if tok is not None else {}
+        vocab = getattr(tok, "get_vocab", dict)() if tok is not None else {}
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
             if name in vocab:
                 ids.add(tok.convert_tokens_to_ids(name))
