@@ -148,3 +148,18 @@ def test_stop_ids_build_the_vocabulary_once_per_tokenizer():
     assert model.stop_ids() == first and model.tokenizer.built == 1
     model.tokenizer = CountingTokenizer({"<|eot_id|>": 11})  # another tokenizer: asked anew
     assert 11 in model.stop_ids() and 7 not in model.stop_ids() and model.tokenizer.built == 1
+
+
+def test_a_warm_up_prefill_leaves_no_trace():
+    # the pool's pages all come back, and the next reply is the one a fresh model gives (a
+    # prompt longer than the context is not tried)
+    from engine import random_model
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config("qwen2", vocab=64, num_layers=2)
+    warmed, fresh = random_model(cfg, seed=3, max_context=1024), random_model(cfg, seed=3, max_context=1024)
+    free = len(warmed.pool.free)
+    warmed.warm_prefill()
+    assert len(warmed.pool.free) == free
+    sampling = SamplingParams(temperature=0.8, seed=5, max_tokens=12)
+    assert generate(warmed, [1, 2, 3], sampling).tokens == generate(fresh, [1, 2, 3], sampling).tokens
