@@ -136,7 +136,7 @@ def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_p
         assert len(r["decode_s_runs"]) == 2 and all(t > 0 for t in r["decode_s_runs"])
         assert r["decode_s"] == statistics.median(r["decode_s_runs"])
         assert r["decode_tokens"] == r["new_tokens"] - 1 == r["metrics"]["tokens"]
-        assert r["tok_s"] == pytest.approx(r["decode_tokens"] / r["decode_s"])
+        assert r["tok_s"] == pytest.approx(statistics.median(r["decode_tokens"] / t for t in r["decode_s_runs"]))
         assert r["speedup"] == pytest.approx(r["tok_s"] / plain_row(rows, r)["tok_s"])
         assert r["tokens_per_step"] == pytest.approx(r["decode_tokens"] / r["steps"])
         assert r["transformers_tok_s"] is None  # --no-peers
@@ -154,6 +154,18 @@ def test_bench_json_has_every_figure_and_speedups_come_from_measured_times(tmp_p
     )
     # progress: the engine's warm-up, then 10 jobs of 2 runs
     assert "\n21/21 edit sampled specchat draft k=3\n" in out.err
+
+
+def test_runs_of_different_lengths_are_each_measured_by_their_own_tokens():
+    case = Case(load_prompts(["edit"])[0], "sampled", SamplingParams(max_tokens=257), [1, 2, 3])
+    # k "auto" wrote 256 tokens in 0.45 s, then (its text parted from the first's) 119 in 0.21 s:
+    # about 570 tok/s both times, not 118 tokens over the median time of the two (362 tok/s)
+    runs = iter([Run([0, 1], 9.0, 0.01),  # the engine's untimed warm-up
+                 Run(list(range(257)), 0.45, 0.01), Run(list(range(119)), 0.21, 0.01)])
+    job = Job(SPECCHAT, case, "draft", "auto", "draft", True, lambda: next(runs))
+    (r,) = execute([job], warmup=0, repeats=2)
+    assert r["tok_s"] == pytest.approx(statistics.median([256 / 0.45, 118 / 0.21]))
+    assert r["repeats_agree"] is False
 
 
 def test_speedup_and_best_k_are_ratios_of_the_measured_times():

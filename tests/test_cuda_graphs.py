@@ -47,6 +47,29 @@ def test_graph_step_equals_eager_step(trio):
         assert torch.equal(x.tokens, y.tokens)
 
 
+def test_a_chained_run_with_state_taps_keeps_each_tokens_states(trio):
+    """A run of plain steps with a DFlash drafter attached: each replay keeps its token's states."""
+    _, graphed, eager = trio
+    greedy = SamplingParams()
+    a, b = graphed.new_sequence(), eager.new_sequence()
+    graphed.state_layers = eager.state_layers = (0, 1)
+    try:
+        graphed.step(a, PROMPT, greedy)
+        eager.step(b, PROMPT, greedy)
+        run = graphed.chain(a, torch.tensor([3], device="cuda"), 6, greedy)
+        tokens, states = run.tokens.tolist(), run.states.clone()
+        token = 3
+        for i in range(6):
+            out = eager.step(b, [token], greedy)
+            torch.testing.assert_close(states[i : i + 1], out.states, rtol=1e-5, atol=1e-5)
+            token = int(out.tokens[0])
+            assert token == tokens[i]
+    finally:
+        graphed.state_layers = eager.state_layers = ()
+        a.release()
+        b.release()
+
+
 @pytest.mark.parametrize("k", range(1, 16))
 def test_float32_greedy_is_the_same_on_every_path(trio, k):
     cpu, graphed, eager = trio

@@ -158,18 +158,18 @@ class Model:
     def chain(self, seq: SeqCache, first: torch.Tensor, n: int, sampling: SamplingParams, noise: int = TOKEN
               ) -> StepOutput:
         """n one-token steps, each running the token the previous one sampled, starting from
-        `first` ([1], on the device): tokens [n] and their logits [n, V]. The host only enqueues
-        them (replays of one graph on CUDA); nothing is read back."""
+        `first` ([1], on the device): tokens [n] and their logits [n, V], and with `state_layers`
+        set their states [n, len(state_layers) * H]. The host only enqueues them (replays of one
+        graph on CUDA); nothing is read back."""
         if self.graphs is not None:
             return self.graphs.chain(seq, first, n, sampling, noise)
-        tokens, logits = [], []
+        outs = []
         token = first
         for _ in range(n):
-            out = self.step(seq, token, sampling, last_only=True, noise=noise)
-            token = out.tokens
-            tokens.append(out.tokens)
-            logits.append(out.logits)
-        return StepOutput(torch.cat(tokens), torch.cat(logits))
+            outs.append(self.step(seq, token, sampling, last_only=True, noise=noise))
+            token = outs[-1].tokens
+        states = torch.cat([o.states for o in outs]) if self.state_layers else None
+        return StepOutput(torch.cat([o.tokens for o in outs]), torch.cat([o.logits for o in outs]), states)
 
     def probabilities(self, logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
         return probabilities(logits, sampling)

@@ -13,9 +13,11 @@ Sharing the pool means a graph's outputs may sit where a graph captured before i
 intermediates, so any replay (a chain's too) may overwrite the outputs of the step before it:
 callers copy out what they still need before the model's next step or chain.
 
-The chain graph is one draft step that takes its input token from the previous replay's
-sample (chain_ids[counter]) and advances start and counter itself, so k - 1 draft steps are
-k - 1 replays with nothing between them on the host.
+The chain graph is one one-token step that takes its input token from the previous replay's
+sample (chain_ids[counter]) and advances start and counter itself, so k - 1 draft steps (or a
+run of plain decoding steps) are replays with nothing between them on the host. With hidden-state
+taps (a DFlash drafter attached) each replay also keeps its token's states, so a run of plain
+steps still hands the drafter every token's states.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class StepGraphs:
         self.offsets = torch.arange(MAX_STEP, device=device)
         self.chain_ids = torch.zeros(MAX_STEP + 1, dtype=torch.long, device=device)
         self.chain_logits = torch.zeros(MAX_STEP, model.config.vocab_size, dtype=torch.float32, device=device)
+        self.chain_states: dict[tuple[int, ...], torch.Tensor] = {}  # per set of taps: [MAX_STEP, n * H]
         self.loaded = torch.cuda.Event()
         self.mempool = torch.cuda.graph_pool_handle()
         self.graphs: dict = {}
@@ -80,14 +83,16 @@ class StepGraphs:
 
     def chain(self, seq, first: torch.Tensor, n: int, sampling: SamplingParams, noise: int):
         self.model.check_room(seq, n)
-        graph, _ = self._graph(("chain",), sampling, noise)
+        layers = tuple(self.model.state_layers)
+        graph, _ = self._graph(("chain", layers), sampling, noise)
         start = seq.length
         seq.append(n)
         self._load(seq.pages, start, None)
         self.chain_ids[:1].copy_(first.view(-1)[-1:])
         for _ in range(n):
             graph.replay()
-        return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n])
+        states = self.chain_states[layers][:n] if layers else None
+        return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n], states)
 
     def warm_up(
         self, sampling: SamplingParams, noise: int, state_layers: tuple[int, ...] = (), progress=None
@@ -95,7 +100,8 @@ class StepGraphs:
         """Capture now every graph a reply with these settings can replay: steps of 1..MAX_STEP
         tokens (decode, verify, a draft model's catch-up) and the decode chain. Returns how many
         were new (the rest were captured before). `progress("capturing CUDA graphs 3/17")` after each."""
-        shapes = [("step", t, tuple(state_layers)) for t in range(1, MAX_STEP + 1)] + [("chain",)]
+        layers = tuple(state_layers)
+        shapes = [("step", t, layers) for t in range(1, MAX_STEP + 1)] + [("chain", layers)]
         new = [s for s in shapes if (*s, settings_key(sampling), noise) not in self.graphs]
         for done, shape in enumerate(new, 1):
             self._graph(shape, sampling, noise)
@@ -151,13 +157,23 @@ class StepGraphs:
         return sample(logits, positions + 1, sampling, noise), logits, states
 
     def _chain_body(self, shape, sampling, noise):
+        _, state_layers = shape
         decoder = self.model.decoder
         positions = self.start + self.offsets[:1]
         ids = self.chain_ids.index_select(0, self.counter)
-        logits = decoder.logits(decoder(ids, positions, self._context()))
+        out = decoder(ids, positions, self._context(), state_layers=state_layers)
+        hidden, states = out if state_layers else (out, None)
+        logits = decoder.logits(hidden)
         token = sample(logits, positions + 1, sampling, noise)
         self.chain_ids.index_copy_(0, self.counter + 1, token)
         self.chain_logits.index_copy_(0, self.counter, logits)
+        if states is not None:
+            # made by the warm-up run that precedes the capture, outside the graph pool: only the
+            # next chain with these taps writes it
+            kept = self.chain_states.get(state_layers)
+            if kept is None:
+                kept = self.chain_states[state_layers] = states.new_zeros(MAX_STEP, states.shape[-1])
+            kept.index_copy_(0, self.counter, states)
         self.start.add_(1)
         self.counter.add_(1)
         return None, None, None

@@ -7,9 +7,10 @@ With `last` the latest token, sampled but not yet run through the model, one ste
      correction (where a draft went wrong), which becomes the next `last`;
   4. truncate the cache past the kept tokens: the rejected drafts' pages go back to the pool.
 With no proposer (or k = 0) the same step with no drafts is plain decoding; with no proposer,
-runs of such steps are queued together, each taking its input token from the one before on
-the device, so the host does not stand between them. When k or the proposer is "auto", the
-adaptive policy (adaptive.py) chooses both at the start of each step.
+or where the adaptive policy asks for several plain steps, runs of such steps are queued
+together, each taking its input token from the one before on the device, so the host does not
+stand between them. When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses
+both at the start of each step.
 """
 
 from __future__ import annotations
@@ -151,33 +152,35 @@ class Generation:
             if self._active is None and self.inspect:
                 steps, states = [self._inspected_plain_step(seq, context)], None
             elif self._active is None:
-                steps, states = self._decode(seq, context), None
+                steps, states = self._decode(seq, context)
             else:
                 steps, states = self._step(seq, context, last)
-            for step in steps:
+            for i, step in enumerate(steps):
                 context.extend(step.tokens)
                 last = context[-1]
                 if self._active is not None:
-                    self._active.observe(context, states)
+                    self._active.observe(context, None if states is None else states[i])
                 yield self._emit(step)
                 if step.finished is not None:
                     break  # a stop inside a run of plain steps: the rest is never shown
 
-    def _decode(self, seq, context: list[int], most: int | None = None) -> list[Step]:
+    def _decode(self, seq, context: list[int], most: int | None = None) -> tuple[list[Step], list | None]:
         """Plain decoding: a run of one-token steps (at most `most`), each fed on the device by
         the token the one before it sampled, so the host waits once per run instead of once per
         token (on CUDA the run is replays of one graph, queued back to back). The tokens are those
-        of single steps; steps past a stop are discarded with the reply."""
+        of single steps; steps past a stop are discarded with the reply. With a DFlash drafter
+        attached, also each step's target states (views of the run's output: read them before
+        the model's next step)."""
         model = self.model
         remaining = self.sampling.max_tokens - len(self.tokens)
         n = max(1, min(self.plain_run, most or self.plain_run, remaining, model.max_context - len(context)))
         t0 = time.perf_counter()
         first = torch.tensor(context[-1:], device=model.device)
-        tokens = model.chain(seq, first, n, self.sampling, TOKEN).tokens.tolist()
+        out = model.chain(seq, first, n, self.sampling, TOKEN)
+        tokens = out.tokens.tolist()
         each = (time.perf_counter() - t0) / n
-        return [
-            plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)
-        ]
+        steps = [plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)]
+        return steps, None if out.states is None else [out.states[i : i + 1] for i in range(n)]
 
     def _inspected_plain_step(self, seq, context: list[int]) -> Step:
         """One plain step run alone, so its logits can be read (a chained run keeps none)."""
@@ -204,17 +207,18 @@ class Generation:
                 member.idle(context)
         return choice
 
-    def _step(self, seq, context: list[int], last: int) -> tuple[list[Step], torch.Tensor | None]:
+    def _step(self, seq, context: list[int], last: int) -> tuple[list[Step], list | None]:
+        """One step of the active proposer, or a run of plain steps the policy asked for; with
+        each step's target states where a drafter reads them."""
         model, sampling = self.model, self.sampling
         choice = self._choose(context)
-        if choice.proposer is None and choice.steps > 1 and not self.inspect and not model.state_layers:
-            # plain steps the policy would take one by one anyway: one run, one host wait (a
-            # proposer that reads the target's states needs each step's, which a run keeps none of)
-            steps = self._decode(seq, context, choice.steps)
+        if choice.proposer is None and choice.steps > 1 and not self.inspect:
+            # plain steps the policy would take one by one anyway: one run, one host wait
+            steps, states = self._decode(seq, context, choice.steps)
             for step in steps:
                 step.gain = choice.gain
                 self.policy.record(choice, step, self._active.members)
-            return steps, None
+            return steps, states
         proposer, k = choice.proposer, choice.k
         t0 = time.perf_counter()
         start = device_mark(model.device)
@@ -249,7 +253,7 @@ class Generation:
             step.inspection = inspect_step(out.logits, out.tokens, drafts, accepted, q, len(context), sampling)
         if self._active.k == AUTO:
             self.policy.record(choice, step, self._active.members)
-        states = None if out.states is None else out.states[: accepted + 1]
+        states = None if out.states is None else [out.states[: accepted + 1]]
         return [step], states
 
     def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:

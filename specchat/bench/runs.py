@@ -185,10 +185,14 @@ def describe(job: Job) -> str:
 
 
 def row(job: Job, runs: list[Run]) -> dict:
-    """The figures of one job: medians over its timed runs."""
+    """The figures of one job: medians over its timed runs. The speed is the median of each run's
+    own (its tokens over its time): runs of k "auto" may write replies of different lengths (its
+    choices follow the clock, and in bf16 a verify step may round a token another way), and one
+    run's tokens over the median time of all would mix them."""
     tokens = runs[-1].tokens
     decode_s = statistics.median(r.decode_s for r in runs)
     decode_tokens = len(tokens) - 1
+    tok_s = statistics.median((len(r.tokens) - 1) / r.decode_s if r.decode_s > 0 else 0.0 for r in runs)
     out = {
         "engine": job.engine,
         "prompt": job.case.prompt.name,
@@ -201,7 +205,7 @@ def row(job: Job, runs: list[Run]) -> dict:
         "decode_tokens": decode_tokens,
         "decode_s": decode_s,
         "decode_s_runs": [r.decode_s for r in runs],
-        "tok_s": decode_tokens / decode_s if decode_s > 0 else 0.0,
+        "tok_s": tok_s,
         "prefill_ms": 1000 * statistics.median(r.prefill_s for r in runs),
         "draft_prefill_ms": 1000 * statistics.median(r.draft_prefill_s for r in runs),
         "repeats_agree": all(r.tokens == tokens for r in runs),

@@ -9,6 +9,11 @@ exact-match rule and sampled output equals plain sampled output.
 The drafts stay on the device: propose hands them to the verify step's input as a tensor
 (DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
 the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
+
+A drafter that sits steps out (k "auto" chose plain steps or another proposer) keeps the states
+of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
+pass's graph, more op by op first. That catch-up is what `behind` reports, so the adaptive
+policy prices it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,20 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
+from engine.limits import MAX_STEP
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.dflash import RANDOM
 from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.spec import ProposerOptions
+
+# Taking in states op by op is some 50 small kernels whatever their count: on the H200 (Qwen2.5-
+# Coder-1.5B target, 2-layer drafter) about 0.9 ms of launches, 0.6 of a plain step. A guess
+# for the catch-up of a drafter that sat out until the run's own catch-ups are timed.
+CATCH_UP_SHARE = 0.6
+# States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
+# op by op (memory stays bounded in a long reply; the launches come once per HOLD tokens).
+HOLD = 16 * MAX_STEP
 
 
 class DFlashProposer(Proposer):
@@ -36,7 +50,11 @@ class DFlashProposer(Proposer):
         self.max_k_why = f"this drafter's block of {drafter.block_size} gives at most {self.max_k} drafts"
         super().__init__(self.max_k if k is None else k)
         self.drafter = drafter
-        self.pending: list[torch.Tensor] = []  # target states not yet in the drafter's cache
+        # target states not yet in the drafter's cache, oldest first: copies of its own (`held`),
+        # then the latest steps' (`fresh`: views of the target's outputs, which its next step
+        # may overwrite)
+        self.held: list[torch.Tensor] = []
+        self.fresh: list[torch.Tensor] = []
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -48,24 +66,41 @@ class DFlashProposer(Proposer):
     def detach(self, target) -> None:
         target.state_layers = ()
         self.drafter.clear()
-        self.pending = []
+        self.held, self.fresh = [], []
 
     def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # context[-1] has not run through the target yet: states cover context[:-1]
         if states is None or states.shape[0] != len(context) - 1:
             raise EngineError("DFlash needs the target's hidden states of the whole context")
         self.drafter.clear()
-        self.pending = [states]
+        self.held, self.fresh = [], [states]
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
-        self.pending.append(states)
+        self.fresh.append(states)
 
     def idle(self, context: list[int]) -> None:
-        # The pending states may sit in the target's graph outputs, which the step about to run
-        # overwrites: into the drafter's cache with them now.
-        pending, self.pending = self.pending, []
-        if pending:
-            self.drafter.extend(torch.cat(pending))
+        # The fresh states may sit in the target's graph outputs, which the step about to run
+        # overwrites: one device copy keeps them for the next pass. (Taking them in here, op by
+        # op, cost more than half a plain step each step sat out.)
+        if self.fresh:
+            self.held.append(torch.cat(self.fresh))
+            self.fresh = []
+        if self.waiting() >= HOLD:
+            held, self.held = self.held, []
+            self.drafter.extend(torch.cat(held))
+
+    def waiting(self) -> int:
+        """Tokens whose states the drafter has not taken in yet."""
+        return sum(s.shape[0] for s in self.held) + sum(s.shape[0] for s in self.fresh)
+
+    def behind(self, context: list[int]) -> int:
+        # a pass takes in up to a step's worth of new states within its graph, as after any
+        # drafting step; more (steps sat out) it takes in op by op first: that is the catch-up
+        waiting = self.waiting()
+        return waiting if waiting > MAX_STEP else 0
+
+    def catch_up_seed(self, behind: int, step_cost) -> float:
+        return CATCH_UP_SHARE * step_cost(self.drafter.target)(1)
 
     def drafting_seed(self, k: int, step_cost) -> float:
         # one pass over a block, whatever k: about half a target step until it is timed
@@ -73,9 +108,9 @@ class DFlashProposer(Proposer):
 
     def propose(self, context: list[int], k: int) -> DeviceProposal:
         # The context extension runs here, not in observe, so the loop's propose time is the
-        # whole drafter pass. The pending states are read before the target's next step, which
-        # may overwrite them (CUDA graph output buffers).
-        pending, self.pending = self.pending, []
+        # whole drafter pass, a catch-up included. The fresh states are read before the target's
+        # next step, which may overwrite them (CUDA graph output buffers).
+        pending, self.held, self.fresh = self.held + self.fresh, [], []
         # copied out of the drafter's graph output: that buffer sits in the target's graph memory
         # pool, and the verify step, replayed before the host reads the drafts, may reuse it
         on_device = self.drafter.draft(pending, context[-1])[:k].clone()

@@ -1,0 +1,180 @@
+"""A proposer that sits steps out (k "auto" chose plain steps) costs what plain decoding costs.
+
+The plain steps the policy asks for run as chained target runs, one host read a run, drafter
+attached or not; nothing runs for the proposer until it drafts again. A DFlash drafter then takes
+in the target states it missed with its next pass (not op by op after every plain step), and
+says how far behind it is, so the policy prices that catch-up and learns it as catching up, not
+as the cost of drafting. The output stays plain decoding's, greedy and sampled.
+"""
+
+import pytest
+import torch
+
+from engine import (
+    AUTO,
+    DFlashProposer,
+    DraftProposer,
+    Generation,
+    SamplingParams,
+    generate,
+    load_drafter,
+    write_random_drafter,
+)
+from engine.limits import MAX_STEP
+from engine.speculation.adaptive import AdaptivePolicy, Choice, catch_up_key
+from engine.speculation.proposers.dflash import proposer as dflash
+from engine.speculation.step_costs import CostTable
+from tests.conftest import tiny_model
+from tests.dflash_target import DRAFT_LAYERS, PROMPT, make_target
+
+SAMPLINGS = [SamplingParams(max_tokens=70), SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)]
+RUN = 8  # plain steps per run, as on CUDA
+# per choice: k drafts, or 0 for a run of RUN plain steps; four runs in a row sit out more than
+# a step's worth of tokens, one run less
+SCRIPT = [3, 2, 0, 3, 0, 0, 0, 0, 3, 3]
+
+
+class Scripted(AdaptivePolicy):
+    """The real policy's bookkeeping (record) on choices a script makes; how far behind the
+    proposer says it is when it drafts is kept."""
+
+    def __init__(self, model):
+        super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
+        self.choices = 0
+        self.drafted: list[tuple[int, int]] = []  # (k, behind) of each drafting choice
+
+    def choose(self, proposers, context, limit):
+        proposer = proposers[0]
+        k = min(SCRIPT[self.choices % len(SCRIPT)], limit)
+        self.choices += 1
+        self.estimates(proposer)
+        if not k:
+            return Choice(None, 0, plain_seconds=1e-3, steps=RUN)
+        behind = proposer.behind(context)
+        self.drafted.append((k, behind))
+        return Choice(proposer, k, plain_seconds=1e-3, behind=behind, prompt=behind >= len(context) - 1)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(seed=3)
+
+
+@pytest.fixture(scope="module")
+def drafter(target, tmp_path_factory):
+    path = write_random_drafter(tmp_path_factory.mktemp("drafter"), target, num_layers=DRAFT_LAYERS, std=0.3)
+    return load_drafter(str(path), target)
+
+
+def reply(target, proposer, sampling):
+    policy = Scripted(target)
+    gen = Generation(target, PROMPT, sampling, speculative=proposer, policy=policy)
+    gen.plain_run = RUN
+    steps = list(gen)[1:]
+    return gen, steps, policy
+
+
+def counted(monkeypatch, obj, name, calls, what=lambda *a: 1):
+    """Record what(args) of each call of obj.name."""
+    original = getattr(obj, name)
+    monkeypatch.setattr(obj, name, lambda *a, **k: calls.append(what(*a)) or original(*a, **k))
+
+
+def within(monkeypatch, proposer, inside, outside):
+    """Calls recorded in `outside` while `proposer` proposes go to `inside` instead."""
+    propose = proposer.propose
+
+    def proposing(*args):
+        before = len(outside)
+        out = propose(*args)
+        inside.extend(outside[before:])
+        del outside[before:]
+        return out
+
+    monkeypatch.setattr(proposer, "propose", proposing)
+
+
+def test_a_chained_run_keeps_each_tokens_states_as_one_token_steps_do(target):
+    greedy = SamplingParams()
+    target.state_layers = (1, 4)
+    chained, stepped = target.new_sequence(), target.new_sequence()
+    try:
+        target.step(chained, PROMPT, greedy)
+        target.step(stepped, PROMPT, greedy)
+        run = target.chain(chained, torch.tensor([3]), 6, greedy)
+        token = 3
+        for i in range(6):
+            out = target.step(stepped, [token], greedy)
+            torch.testing.assert_close(run.states[i : i + 1], out.states)
+            token = int(out.tokens[0])
+            assert token == int(run.tokens[i])
+    finally:
+        target.state_layers = ()
+        chained.release()
+        stepped.release()
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_plain_steps_with_a_drafter_attached_run_chained_and_keep_plain_decodings_tokens(
+        target, drafter, sampling, monkeypatch):
+    expected = generate(target, PROMPT, sampling).tokens
+    runs = []
+    counted(monkeypatch, target, "chain", runs, lambda seq, first, n, *a: n)
+    gen, steps, _ = reply(target, DFlashProposer(drafter, k=AUTO), sampling)
+    assert gen.tokens == expected
+    plain = [s for s in steps if not s.drafts]
+    assert sum(runs) == len(plain) > 4 * RUN  # every plain step in a chained run
+    assert max(runs) == RUN
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_a_drafter_takes_in_the_states_it_missed_with_its_next_pass_only(target, drafter, sampling, monkeypatch):
+    proposer = DFlashProposer(drafter, k=AUTO)
+    inside, outside = [], []
+    counted(monkeypatch, drafter, "extend", outside, lambda states: states.shape[0])
+    within(monkeypatch, proposer, inside, outside)
+    gen, _, _ = reply(target, proposer, sampling)
+    assert gen.tokens == generate(target, PROMPT, sampling).tokens
+    assert inside and not outside  # no op-by-op extension while it sat out
+
+
+def test_the_catch_up_after_sitting_out_is_reported_priced_and_learnt_as_catching_up(target, drafter):
+    proposer = DFlashProposer(drafter, k=AUTO)
+    _, _, policy = reply(target, proposer, SAMPLINGS[0])
+    returns = [b for _, b in policy.drafted if b]
+    in_run = [k for k, b in policy.drafted if not b]
+    assert returns and in_run
+    # behind after four runs: their tokens, and those of the drafting step before them
+    assert all(4 * RUN < b <= 4 * RUN + MAX_STEP for b in returns)
+    est = proposer.estimates
+    assert all(est.catch_up.seeded(catch_up_key(b)) > 0 for b in returns)  # priced before it is timed
+    assert set(est.catch_up.measured) == {catch_up_key(b) for b in returns}
+    assert set(est.drafting.measured) == set(in_run)
+
+
+def test_states_held_past_hold_are_taken_in_at_once(target, drafter, monkeypatch):
+    monkeypatch.setattr(dflash, "HOLD", 20)
+    proposer = DFlashProposer(drafter, k=AUTO)
+    inside, outside = [], []
+    counted(monkeypatch, drafter, "extend", outside, lambda states: states.shape[0])
+    within(monkeypatch, proposer, inside, outside)
+    gen, _, _ = reply(target, proposer, SAMPLINGS[0])
+    assert gen.tokens == generate(target, PROMPT, SAMPLINGS[0]).tokens
+    # while it sat out four runs: once it held 20 states, and before another run's were added
+    assert outside and all(20 <= n < 20 + RUN for n in outside)
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_a_draft_model_runs_nothing_while_it_sits_out(sampling, monkeypatch):
+    model, draft = tiny_model("qwen2", seed=1), tiny_model("qwen2", seed=9)
+    expected = generate(model, PROMPT, sampling).tokens
+    proposer = DraftProposer(draft, k=AUTO)
+    inside, outside, runs = [], [], []
+    counted(monkeypatch, draft, "step", outside)
+    counted(monkeypatch, draft, "chain", outside)
+    counted(monkeypatch, model, "chain", runs, lambda seq, first, n, *a: n)
+    within(monkeypatch, proposer, inside, outside)
+    gen, steps, _ = reply(model, proposer, sampling)
+    assert gen.tokens == expected
+    assert inside and not outside
+    assert sum(runs) == sum(1 for s in steps if not s.drafts)
