@@ -12,6 +12,8 @@
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py)
+#   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
+#            pack needed: bench/gpu/auto_plain.py), against plain decoding
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -73,6 +75,9 @@ adaptive)
   ;;
 adaptive-steps)
   timeout 590 python3 bench/gpu/adaptive_steps.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps.txt"
+  ;;
+auto-plain)
+  SPECCHAT_CACHE=/tmp/sc timeout 300 python3 bench/gpu/auto_plain.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/auto-plain.txt"
   ;;
 inspector)
   for round in $(seq 1 "${ROUNDS:-2}"); do
