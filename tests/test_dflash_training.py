@@ -369,3 +369,10 @@ def test_standardized_features_keep_the_targets_start(corpus, tmp_path, monkeypa
         torch.testing.assert_close(drafter_hidden(scaled.drafter, target.decoder.embed_tokens, standardized, ids, blocks),
                                    drafter_hidden(raw.drafter, target.decoder.embed_tokens, states, ids, blocks),
                                    atol=2e-4, rtol=1e-3)
+
+
+def test_a_drafter_deeper_than_its_target_cannot_start_from_it(corpus, tmp_path):
+    target, samples, _ = corpus
+    with pytest.raises(EngineError, match="at most as many layers"):
+        Trainer(target, samples, settings(num_layers=len(target.decoder.layers) + 1, start_from_target=True),
+                tmp_path / "d")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from engine.errors import EngineError
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 
 
@@ -32,6 +33,9 @@ def target_start(drafter: DFlashDrafter, target) -> None:
     passes the deepest feature layer through (zero weights for the others, which gradients move)."""
     decoder = target.decoder
     first = len(decoder.layers) - len(drafter.layers)
+    if first < 0:
+        raise EngineError(f"a drafter of {len(drafter.layers)} layers cannot start from a target of "
+                          f"{len(decoder.layers)}: give it at most as many layers")
     for mine, theirs in zip(drafter.layers, decoder.layers[first:], strict=True):
         copy = {name: p for name, p in theirs.named_parameters() if not name.endswith("bias")}
         for name, p in mine.named_parameters():
