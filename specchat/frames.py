@@ -13,7 +13,8 @@ import time
 
 FASTEST_S = 1 / 60  # a terminal shows no more
 SHARE = 0.25  # of the wall time the app thread may spend while a reply is written
-SWITCH_S = 0.0005  # the interpreter's GIL switch interval meanwhile (Python's default is 5 ms)
+SWITCH_S = 0.0002  # the interpreter's GIL switch interval meanwhile (Python's default is 5 ms): an engine
+# step waking from its device wait gets the GIL back from a painting frame within this
 
 
 class FramePacer:
