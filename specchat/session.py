@@ -82,8 +82,9 @@ class ChatSession:
         Returns its label."""
         if self.model is None:
             self.model = load_target(self.args, progress)
-            self.model.stop_ids()  # worked out once here, not on the first reply's Enter
-            self.detokenizer()  # and the byte table of its tokens
+            # the detokenizer's byte table and the stop tokens it reads, worked out once here
+            # rather than on the first reply's Enter
+            self.detokenizer()
             self.warm_up(None, progress)
         return self.label
 

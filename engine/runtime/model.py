@@ -44,6 +44,7 @@ class Model:
     # bf16 output with speculation is plain decoding's bit for bit (decode steps get slower)
     batch_invariant: bool = False
     pool: PagePool = field(init=False)
+    _stop_ids: tuple | None = field(default=None, init=False, repr=False)  # (tokenizer, its stop ids)
 
     def __post_init__(self):
         cfg = self.config
@@ -192,9 +193,8 @@ class Model:
         """The tokens that end a reply. Worked out once per tokenizer: get_vocab() builds the whole
         vocabulary as a dict (150,000 entries for Qwen, 0.1 s or more), and a chat asks at every reply."""
         tok = self.tokenizer
-        cached = getattr(self, "_stop_ids", None)
-        if cached is not None and cached[0] is tok:
-            return list(cached[1])
+        if self._stop_ids is not None and self._stop_ids[0] is tok:
+            return list(self._stop_ids[1])
         ids = set(self.config.eos_token_ids)
         if tok is not None and tok.eos_token_id is not None:
             ids.add(tok.eos_token_id)

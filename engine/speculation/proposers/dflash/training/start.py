@@ -40,10 +40,10 @@ def target_start(drafter: DFlashDrafter, target) -> None:
         copy = {name: p for name, p in theirs.named_parameters() if not name.endswith("bias")}
         for name, p in mine.named_parameters():
             if name in copy:
-                p.copy_(copy[name].to(p.device, p.dtype))
+                p.copy_(copy[name])  # copy_ takes the drafter's dtype and device
             elif "norm" in name:
                 p.fill_(1.0)  # q/k norms of a target without them: start as the identity
-    drafter.norm.weight.copy_(decoder.norm.weight.to(drafter.norm.weight.device, torch.float32))
+    drafter.norm.weight.copy_(decoder.norm.weight)
     drafter.hidden_norm.weight.copy_(drafter.layers[0].input_layernorm.weight)
     h = drafter.config.shape.hidden_size
     deepest = drafter.target_layer_ids.index(max(drafter.target_layer_ids))  # fc's input block
