@@ -10,8 +10,8 @@
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
 #   data-carried           the replies of an earlier `data`, carried in bench/dflash-data/*.jsonl.gz
-#   profile                where a training step's time goes (2 layers; batch 8, 16, 32; the
-#                          largest CUDA kernels of batch 16), before training
+#   profile                where a training step's time goes (2 layers; batch 8, 16, 32, or
+#                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume.
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
@@ -51,7 +51,7 @@ data-carried)
   wc -l $DATA/*.jsonl
   ;;
 profile)
-  for batch in 8 16 32; do
+  for batch in ${BATCHES:-8 16 32}; do
     trace=""; [ "$batch" = 16 ] && trace="--trace 12"
     timeout 200 python3 bench/gpu/dflash_step_profile.py $name $DATA/prompts.jsonl $DATA/greedy.jsonl \
       --layers 2 --batch-size $batch --anchors 256 --steps 10 $trace 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -24
