@@ -9,6 +9,8 @@ training tau per 20 steps of each, then their paired difference (distilled minus
 standard error.
 
     PYTHONPATH=. python bench/cpu/dflash_distill.py GGUF_0.5B PROMPTS GREEDY [--steps 120] [--distill 1.0]
+
+GREEDY is plain JSON lines (read_samples does not read gzip: zcat greedy.jsonl.gz first).
 """
 
 from __future__ import annotations
