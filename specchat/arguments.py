@@ -120,6 +120,9 @@ def add_train_arguments(p) -> None:
                         "written weights)")
     p.add_argument("--start-from-target", action="store_true",
                    help="start the drafter's layers as copies of the target's last ones instead of random weights")
+    p.add_argument("--distill", type=float, default=0.0, metavar="W",
+                   help="train towards W * the target's own next-token distribution + (1 - W) * its reply's "
+                        "token (default 0: the reply's tokens alone); a resumed run keeps its own W")
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")

@@ -299,7 +299,7 @@ def test_a_training_step_is_the_same_in_any_chunking(corpus, monkeypatch):
     target, samples, _ = corpus
     trainer = Trainer(target, samples, settings(), "/tmp/unused-chunks")
     monkeypatch.setattr(target, "state_layers", trainer.drafter.state_layers)
-    ids, mask, states = trainer._tensors(samples[:4])
+    ids, mask, states, _ = trainer._tensors(samples[:4])
     blocks = sample_anchors(mask, 24, torch.Generator().manual_seed(0))
     results = []
     for rows in (10**6, 37):
@@ -327,7 +327,7 @@ def test_a_drafter_trained_on_standardized_states_is_written_to_read_raw_ones(co
     assert scale.max() / scale.min() > 2  # the channels' scales differ: the fold is not a no-op
     written = load_drafter(str(tmp_path / "d"), target)
     monkeypatch.setattr(target, "state_layers", trainer.drafter.state_layers)
-    ids, mask, _ = trainer._tensors(samples[:3])
+    ids, mask, _, _ = trainer._tensors(samples[:3])
     raw = batch_states(target, ids)
     blocks = sample_anchors(mask, 6, torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -362,8 +362,8 @@ def test_standardized_features_keep_the_targets_start(corpus, tmp_path, monkeypa
     raw = Trainer(target, samples, settings(start_from_target=True), tmp_path / "raw")
     scaled = Trainer(target, samples, settings(start_from_target=True, standardize_features=True), tmp_path / "s")
     monkeypatch.setattr(target, "state_layers", raw.drafter.state_layers)
-    ids, mask, standardized = scaled._tensors(samples[:4])
-    _, _, states = raw._tensors(samples[:4])
+    ids, mask, standardized, _ = scaled._tensors(samples[:4])
+    _, _, states, _ = raw._tensors(samples[:4])
     blocks = sample_anchors(mask, 6, torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(drafter_hidden(scaled.drafter, target.decoder.embed_tokens, standardized, ids, blocks),

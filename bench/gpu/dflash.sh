@@ -15,7 +15,7 @@
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume.
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
-#                          passes more train-dflash options (EXTRA=--standardize-features)
+#                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
 #   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15 and auto, greedy and sampled) with it

@@ -79,6 +79,17 @@ def labels(ids: torch.Tensor, loss_mask: torch.Tensor, blocks: Blocks, block_siz
     return targets, counted
 
 
+def teacher_rows(final: torch.Tensor, blocks: Blocks, block_size: int) -> torch.Tensor:
+    """The target's final hidden state where it predicts each label, [b * N * (B-1), H] from
+    final [b, S, H]: position a + i - 1 for block position i (the target's next-token
+    distribution there is over the token at a + i), in block_loss's row order. Positions past the
+    sequence are clamped: labels() leaves those rows uncounted."""
+    b, s, h = final.shape
+    at = blocks.anchors[:, :, None] + torch.arange(block_size - 1, device=final.device)  # [b, N, B-1]
+    at = at.clamp(max=s - 1).view(b, -1, 1).expand(-1, -1, h)
+    return torch.gather(final, 1, at).flatten(0, 1)
+
+
 def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor:
     """exp(-(i-1)/gamma) for block positions i = 1..B-1: an early draft matters more, since a
     wrong one ends the run of accepted drafts behind it."""

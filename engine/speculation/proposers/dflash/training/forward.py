@@ -24,6 +24,7 @@ from engine.speculation.proposers.dflash.training.blocks import (
     block_positions,
     labels,
     position_weights,
+    teacher_rows,
 )
 from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
 
@@ -51,6 +52,19 @@ def batch_states(target, ids: torch.Tensor) -> torch.Tensor:
     layer, instead of one paged prefill per sequence, which left the GPU idle between the
     samples' small launches. Pads sit after each sequence's tokens, which causal attention never
     lets a real token see; their own states are never read."""
+    states, _ = dense_pass(target, ids, final=False)
+    return states
+
+
+@torch.no_grad()
+def batch_states_and_final(target, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """batch_states, and the target's final hidden [b, S, H] (after every layer and the final
+    norm: what its lm_head reads), for distillation against its own next-token distribution."""
+    return dense_pass(target, ids, final=True)
+
+
+def dense_pass(target, ids: torch.Tensor, final: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The states, and with final=True the final hidden (every layer run, then the final norm)."""
     decoder, cfg = target.decoder, target.config
     wanted = set(target.state_layers)
     b, s = ids.shape
@@ -58,20 +72,27 @@ def batch_states(target, ids: torch.Tensor) -> torch.Tensor:
     cos, sin = rope_tables(torch.arange(s, device=ids.device), cfg.head_dim, cfg.rope_theta, x.dtype)
     cos, sin = cos.repeat(b, 1), sin.repeat(b, 1)  # rope() takes tokens flat: [b * S, D]
     states = []
-    for i, layer in enumerate(decoder.layers[: max(wanted) + 1]):
-        attn = layer.self_attn
-        q, k, v = attn.qkv_proj(layer.input_layernorm(x)).split([attn.q_size, attn.kv_size, attn.kv_size], -1)
-        q, k = q.reshape(b * s, attn.num_heads, -1), k.reshape(b * s, attn.num_kv_heads, -1)
-        if attn.q_norm is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        q, k = rope(q, cos, sin), rope(k, cos, sin)
-        heads = [t.view(b, s, -1, attn.head_dim).transpose(1, 2) for t in (q, k, v)]
-        out = F.scaled_dot_product_attention(*heads, is_causal=True, scale=attn.scale, enable_gqa=True)
-        x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, attn.q_size))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    depth = len(decoder.layers) if final else max(wanted) + 1
+    for i, layer in enumerate(decoder.layers[:depth]):
+        x = dense_layer(layer, x, cos, sin)
         if i in wanted:
             states.append(x)
-    return torch.cat(states, dim=-1)
+    return torch.cat(states, dim=-1), decoder.norm(x) if final else None
+
+
+def dense_layer(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """One decoder layer over x [b, S, H] with a causal mask, no K/V cache."""
+    b, s, _ = x.shape
+    attn = layer.self_attn
+    q, k, v = attn.qkv_proj(layer.input_layernorm(x)).split([attn.q_size, attn.kv_size, attn.kv_size], -1)
+    q, k = q.reshape(b * s, attn.num_heads, -1), k.reshape(b * s, attn.num_kv_heads, -1)
+    if attn.q_norm is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    heads = [t.view(b, s, -1, attn.head_dim).transpose(1, 2) for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*heads, is_causal=True, scale=attn.scale, enable_gqa=True)
+    x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, attn.q_size))
+    return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
 def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
@@ -120,10 +141,14 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
 
 
 def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
-               loss_mask: torch.Tensor, blocks: Blocks, gamma: float) -> tuple[torch.Tensor, list[float]]:
+               loss_mask: torch.Tensor, blocks: Blocks, gamma: float, final: torch.Tensor | None = None,
+               distill: float = 0.0) -> tuple[torch.Tensor, list[float]]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
     acceptance curve of their greedy drafts (blocks.accepted_at: tau is one plus its sum).
-    The logits go through linear_loss.py, which never keeps them (gigabytes a sample)."""
+    The logits go through linear_loss.py, which never keeps them (gigabytes a sample).
+    With distill W > 0 and the target's final hidden [b, S, H] (batch_states_and_final), the
+    gradient follows W * the target's own next-token distribution + (1 - W) * the reply's token;
+    the loss returned stays the hard-label one."""
     bs = drafter.config.block_size
     b, n = blocks.anchors.shape
     hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks)
@@ -133,6 +158,8 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
     lm_head = target.decoder.lm_head
     if getattr(lm_head, "bias", None) is not None:
         raise EngineError("DFlash training expects a target whose lm_head has no bias")
-    total, hits = linear_cross_entropy(hidden.flatten(0, 2), lm_head.weight, wanted.flatten(), weights)
+    teacher = teacher_rows(final, blocks, bs) if distill > 0.0 and final is not None else None
+    total, hits = linear_cross_entropy(hidden.flatten(0, 2), lm_head.weight, wanted.flatten(), weights,
+                                       teacher=teacher, distill=distill)
     correct = hits.view_as(wanted) & counted
     return total / weights.sum().clamp(min=1e-6), accepted_at(correct, blocks.keep)

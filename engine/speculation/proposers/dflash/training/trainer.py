@@ -24,7 +24,11 @@ from engine.speculation.proposers.dflash.files import drafter_config, save_draft
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.checkpoint import load_checkpoint, save_checkpoint
-from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
+from engine.speculation.proposers.dflash.training.forward import (
+    batch_states,
+    batch_states_and_final,
+    block_loss,
+)
 from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 from engine.speculation.proposers.dflash.training.start import random_start, target_start
@@ -65,6 +69,9 @@ class TrainSettings:
     standardize_features: bool = False
     # start from the target's last layers (start.py) instead of random weights
     start_from_target: bool = False
+    # W: each row's training target is W * the target's own next-token distribution + (1 - W) *
+    # the reply's token (knowledge distillation); 0 trains on the reply's tokens alone
+    distill: float = 0.0
 
 
 @dataclass
@@ -218,7 +225,7 @@ class Trainer:
     def step(self) -> StepReport:
         s, state = self.settings, self.state
         batch = self._next_batch()
-        ids, loss_mask, states = self._tensors(batch)
+        ids, loss_mask, states, final = self._tensors(batch)
         blocks = sample_anchors(loss_mask, s.anchors, self.generator)
         blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
         lr = learning_rate(state.step, self._done(), s.learning_rate, s.warmup_steps)
@@ -226,7 +233,8 @@ class Trainer:
             group["lr"] = lr
         autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with autocast:
-            loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma)
+            loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
+                                        final, s.distill)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), s.clip)
@@ -256,19 +264,25 @@ class Trainer:
             self._epoch_order = (epoch, epoch_order(lengths, self.settings.batch_size, self.settings.seed, epoch))
         return self._epoch_order[1]
 
-    def _tensors(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _tensors(self, batch: list[Sample]
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """ids and loss mask [b, S], the target's states [b, S, n * H], padded to the longest sample
-        (divided by the feature scale where the run standardizes them)."""
+        (divided by the feature scale where the run standardizes them), and where the run
+        distills, the target's final hidden [b, S, H] (None otherwise: its last layers and their
+        logits are never run)."""
         ids, loss_mask = self.padded(batch)
-        states = batch_states(self.target, ids)
+        if self.settings.distill > 0.0:
+            states, final = batch_states_and_final(self.target, ids)
+        else:
+            states, final = batch_states(self.target, ids), None
         if not self.settings.standardize_features:
-            return ids, loss_mask, states
+            return ids, loss_mask, states, final
         if self.feature_scale is None:
             self.feature_scale = channel_rms([min(len(x.ids), self.settings.max_length) for x in batch], states)
             if self.settings.start_from_target and self.state.step == 0:
                 with torch.no_grad():  # fc reads the states as they were when it was copied
                     self.drafter.fc.weight.mul_(self.fc_scale())
-        return ids, loss_mask, states / self.feature_scale.to(states.dtype)
+        return ids, loss_mask, states / self.feature_scale.to(states.dtype), final
 
     def fc_scale(self) -> torch.Tensor | None:
         """The feature scale in the order fc reads the target's layers (the config's)."""
