@@ -55,6 +55,7 @@ _ROOMS = {
     "Step": ("engine.speculation.loop", "Step"),
     "generate": ("engine.speculation.loop", "generate"),
     "stream": ("engine.speculation.loop", "stream"),
+    "rehearse": ("engine.speculation.rehearsal", "rehearse"),
     "Metrics": ("engine.speculation.metrics", "Metrics"),
     "Proposal": ("engine.speculation.proposers.base", "Proposal"),
     "Proposer": ("engine.speculation.proposers.base", "Proposer"),

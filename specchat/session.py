@@ -22,6 +22,7 @@ from engine import (
     load_proposer,
     missing,
     offered,
+    rehearse,
     stream,
 )
 from specchat.feed import StepFeed
@@ -90,8 +91,9 @@ class ChatSession:
 
     def warm_up(self, proposer: Proposer | None, progress: Callable[[str], None]) -> None:
         """Compile the kernels and capture the CUDA graphs that replies with the chat's sampling
-        settings will run (the target's, or a proposer's once it loads), so the first reply is
-        as fast as later ones; on the CPU there is nothing to do."""
+        settings will run (the target's, or a proposer's once it loads), then rehearse a short
+        reply with them, so the first reply is as fast as later ones; on the CPU there is nothing
+        to do."""
         if getattr(self.model, "graphs", None) is None:
             return
         progress("compiling kernels and capturing CUDA graphs (once per start)")
@@ -99,6 +101,10 @@ class ChatSession:
             self.model.warm_up(self.sampling, progress=progress)
         else:
             proposer.warm_up(self.model, self.sampling, progress)
+        # what the graphs leave out (drafts' acceptance, first allocations and kernel loads) runs
+        # once now, not in the user's first reply
+        progress("rehearsing a reply")
+        rehearse(self.model, proposer, self.sampling)
 
     def proposer_names(self) -> list[str]:
         """The proposers this chat can offer, in the order a key cycles through them: those that

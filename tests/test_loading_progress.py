@@ -62,9 +62,13 @@ class CapturingModel:
             progress(f"capturing CUDA graphs {done}/3")
 
 
-def test_the_chat_session_passes_the_warm_ups_progress_on_to_the_screen():
+def test_the_chat_session_passes_the_warm_ups_progress_on_to_the_screen_then_rehearses_a_reply(monkeypatch):
+    rehearsed = []
+    monkeypatch.setattr("specchat.session.rehearse", lambda *args: rehearsed.append(args))
     session = ScriptedSession()
     session.model = CapturingModel()
     told = []
     session.warm_up(None, told.append)
-    assert told[1:] == ["capturing CUDA graphs 1/3", "capturing CUDA graphs 2/3", "capturing CUDA graphs 3/3"]
+    assert told[1:] == ["capturing CUDA graphs 1/3", "capturing CUDA graphs 2/3", "capturing CUDA graphs 3/3",
+                        "rehearsing a reply"]
+    assert rehearsed == [(session.model, None, session.sampling)]

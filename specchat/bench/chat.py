@@ -48,6 +48,7 @@ class Case:
     steps: list[float] = field(default_factory=list)  # in the app: the engine's own prefill + step time
     shown: list[float] = field(default_factory=list)  # in the app: Enter to the last token on screen
     first: float | None = None  # the first reply of this case in a fresh app
+    first_timeline: ReplyTimeline | None = None  # ... and where its time went
     timelines: list[ReplyTimeline] = field(default_factory=list)  # of the later replies in the app
     tokens: int = 0
 
@@ -99,7 +100,7 @@ async def run_in_app(cases: list[Case], text: str, max_tokens: int, repeats: int
                 while app.gen is not None or app.stats.session_seen_s == seen_before:
                     await asyncio.sleep(POLL_S)
                 if first and case.first is None:
-                    case.first = app.stats.seen_s
+                    case.first, case.first_timeline = app.stats.seen_s, app.timeline
                 else:
                     case.shown.append(app.stats.seen_s)
                     case.timelines.append(app.timeline)
@@ -123,17 +124,20 @@ def table(cases: list[Case]) -> str:
 
 
 def breakdown(cases: list[Case]) -> str:
-    """Where the on-screen time went, per case (medians of the later replies in the app)."""
+    """Where the on-screen time went, per case: the medians of the later replies in the app, then
+    the first reply of each case in a fresh app."""
     labels = [label for label, _, _ in SPANS]
     lines = ["| case | " + " | ".join(f"{label} s" for label in labels) + " | app thread CPU s | frames |",
              "|" + "---|" * (len(labels) + 3)]
-    for c in cases:
-        spans = [t.spans() for t in c.timelines]
-        cells = [statistics.median(s[label] for s in spans) if all(label in s for s in spans) else None
-                 for label in labels]
-        lines.append(f"| {c.label} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells)
-                     + f" | {statistics.median(t.app_cpu_s for t in c.timelines):.3f}"
-                     + f" | {statistics.median(t.frames for t in c.timelines):g} |")
+    rows = [(c.label, c.timelines) for c in cases]
+    rows += [(f"{c.label}, first reply", [c.first_timeline]) for c in cases if c.first_timeline is not None]
+    for label, timelines in rows:
+        spans = [t.spans() for t in timelines]
+        cells = [statistics.median(s[name] for s in spans) if all(name in s for s in spans) else None
+                 for name in labels]
+        lines.append(f"| {label} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in cells)
+                     + f" | {statistics.median(t.app_cpu_s for t in timelines):.3f}"
+                     + f" | {statistics.median(t.frames for t in timelines):g} |")
     return "\n".join(lines)
 
 
@@ -190,6 +194,6 @@ def bench_chat(args) -> int:
     what = "scripted engine" if args.scripted else f"{cases[0].session.label}, prompt {len(text)} characters"
     print(f"specchat bench chat · {what} · {args.max_new_tokens} tokens · {date.today()} · median of {args.repeats}")
     print(table(cases))
-    print("\nwhere the time on screen went (medians):\n")
+    print("\nwhere the time on screen went (medians of the later replies; then each first reply):\n")
     print(breakdown(cases))
     return 0
