@@ -266,3 +266,16 @@ def test_a_costly_drafter_right_on_its_first_drafts_goes_deeper_step_by_step():
         assert after <= 2 * before + 1  # no jump to k = 15 on a lucky draft or two
     cheap = Scripted(per_draft=0.0)  # free drafts: as deep as its estimates say at once
     assert max(c.k for c in run(policy(), [cheap], 3, lambda who, k: k)) == 15
+
+
+def test_optimism_raises_the_positions_drafted_little_of_late_and_leaves_settled_ones():
+    acc = Acceptance()
+    for _ in range(40):  # drafts 1..3 always kept, then proposals stopped at 3
+        acc.record(drafted=3, accepted=3)
+    hoped, rates = acc.rates(1.0), acc.rates()
+    assert hoped[:3] == rates[:3]  # settled: many recent steps reached them
+    assert all(h > r for h, r in zip(hoped[3:], rates[3:]))  # never reached of late: might keep more
+    assert acc.tokens(1.0)[15] > acc.tokens()[15] and acc.tokens(1.0)[3] == acc.tokens()[3]
+    for _ in range(40):
+        acc.record(drafted=1, accepted=0)
+    assert acc.rates(1.0)[0] == acc.rates()[0]  # a first draft that keeps missing is not tried on hope

@@ -81,3 +81,17 @@ def test_k_auto_on_a_copy_comes_near_the_longest_k():
     shapes = texts(0.0, COPY)
     longest = speed(lambda d, g: Replayed("n-gram", g, 15), shapes)
     assert speed(lambda d, g: Replayed("n-gram", g), shapes) >= 0.95 * longest
+
+
+# the edit's copy: long matches whose first draft misses now and then (the n-gram proposer's
+# match length 3), with short matches between them
+BROKEN_COPY = {0: (0.01, 0, 0), 1: (0.05, 0.5, 0.8), 2: (0.09, 0.7, 0.9), 3: (0.85, 0.84, 0.985)}
+
+
+@pytest.mark.parametrize("machine", [H200, STALLING], ids=["steady", "stalling"])
+def test_k_auto_on_a_copy_that_breaks_now_and_then_keeps_drafting_deep(machine):
+    # a miss at the first draft thins the evidence of the deep positions; nearly free drafts are
+    # weighed by what they might keep there, so auto does not settle on short drafts
+    shapes = texts(0.0, BROKEN_COPY)
+    longest = speed(lambda d, g: Replayed("n-gram", g, 15), shapes, machine)
+    assert speed(lambda d, g: Replayed("n-gram", g), shapes, machine) >= 0.97 * longest

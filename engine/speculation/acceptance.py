@@ -21,6 +21,7 @@ PRIOR = 0.5  # a_1 with no evidence
 PRIOR_WEIGHT = 0.25  # a_1's pull towards PRIOR, in steps' worth of evidence
 START_WEIGHT = 1.0  # steps' worth of PRIOR in a_1 of a proposer nothing is known of, fading
 LEAN = 1.0  # a deeper position's pull towards the one before it, in steps' worth of evidence
+SETTLED = 0.5 / (1 - FADE)  # steps' worth of recent evidence (half the fade's window) past which a share is settled
 
 
 class Acceptance:
@@ -29,15 +30,17 @@ class Acceptance:
         self.reached = [0.0] * MAX_K  # weighted steps whose drafts 1..j-1 were all accepted
         self.kept = [0.0] * MAX_K  # ... and draft j too
         self.reached[0], self.kept[0] = START_WEIGHT, START_WEIGHT * PRIOR  # fades like the text's steps
-        self._tokens: list[float] | None = None  # tokens(), until the next record
+        self._tokens: dict[float, list[float]] = {}  # tokens(optimism), until the next record
         self.explored = self.count_explored()
 
-    def tokens(self) -> list[float]:
-        """[E(0) .. E(MAX_K)]: what a step of each k emits on average. The policy reads this
-        every step; it changes only when a proposal of this bucket is recorded."""
-        if self._tokens is None:
-            self._tokens = expected_curve(self.rates())
-        return self._tokens
+    def tokens(self, optimism: float = 0.0) -> list[float]:
+        """[E(0) .. E(MAX_K)]: what a step of each k emits on average, each a_j raised by
+        `optimism` standard errors of its estimate (see `rates`). The policy reads this every
+        step; it changes only when a proposal of this bucket is recorded."""
+        found = self._tokens.get(optimism)
+        if found is None:
+            found = self._tokens[optimism] = expected_curve(self.rates(optimism))
+        return found
 
     def count_explored(self) -> int:
         """How many leading positions have at least half a step's worth of recent evidence."""
@@ -46,18 +49,24 @@ class Acceptance:
                 return j
         return MAX_K
 
-    def rates(self) -> list[float]:
-        """[a_1 .. a_MAX_K]."""
+    def rates(self, optimism: float = 0.0) -> list[float]:
+        """[a_1 .. a_MAX_K]; with `optimism` z, each position with less than SETTLED steps of
+        recent evidence raised by z standard errors of a share measured on it, sqrt(a (1 - a) /
+        (reached + 1)), at most 1: as much as a position drafted little of late might be better
+        than it looks. A settled one is not: drafts that keep missing stop being tried."""
         out, prior, weight = [], PRIOR, PRIOR_WEIGHT
         for reached, kept in zip(self.reached, self.kept):
             prior = (kept + weight * prior) / (reached + weight)
-            out.append(prior)
+            raised = prior
+            if optimism and reached < SETTLED:
+                raised += optimism * (prior * (1.0 - prior) / (reached + 1.0)) ** 0.5
+            out.append(min(1.0, raised))
             weight = LEAN
         return out
 
     def record(self, drafted: int, accepted: int) -> None:
         """One verified proposal: `drafted` drafts, the first `accepted` of them kept."""
-        self._tokens = None
+        self._tokens = {}
         self.reached = [self.fade * r for r in self.reached]
         self.kept = [self.fade * c for c in self.kept]
         for j in range(min(drafted, accepted + 1)):  # draft j was reached: all before it were kept

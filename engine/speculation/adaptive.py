@@ -15,7 +15,12 @@ from the run's own steps (step_costs.py).
 
 Past the positions it has recent evidence of, a proposer's curve is the shallower positions'
 word only: one whose drafts cost time (a draft model) goes at most twice as deep as it has seen,
-one whose drafts are nearly free (n-gram) as deep as the curve says.
+one whose drafts are nearly free (n-gram) as deep as the curve says. For the nearly free ones k
+is chosen on a hopeful curve (acceptance.py: each position with little recent evidence raised by
+one standard error): a miss at the first draft leaves the deep positions unreached for a while,
+and a curve that only ever shrinks there would settle on short drafts of a copy that runs long,
+while a deeper draft costs only a little more verify time. The expected tokens shown and learnt
+from stay the plain estimate's.
 
 A draft model that sat steps out first runs the tokens it missed (`Proposer.behind`): that
 catch-up is part of coming back, so it is added to the option's cost, and learnt apart from the
@@ -57,6 +62,7 @@ RATE_FADE = 0.9  # weight left to earlier steps in the reply's speed R (about 10
 PRIOR_CURVE = Acceptance().tokens()  # E(k) of a proposer nothing is known of
 EXPLORE = 0.25  # plain steps' time: drafting that costs less than this more is nearly free to try
 IN_RUN = 1  # tokens behind of a proposal in a run of drafting steps (after a bonus: the bonus)
+OPTIMISM = 1.0  # standard errors each acceptance is raised by when choosing k of nearly free drafts
 
 
 @dataclass
@@ -76,11 +82,12 @@ class Choice:
     worth: float = 0.0  # R: tokens a second of this reply is worth
     displaced: float = 0.0  # a probe: the value of the step it was taken instead of
     steps: int = 1  # a plain step: how many to take before choosing again
+    hoped: float | None = None  # nearly free drafts: the tokens they were weighed by (above `tokens`)
 
     @property
     def value(self) -> float:
-        """Expected tokens less what its time is worth at R."""
-        return self.tokens - self.worth * self.seconds
+        """Expected tokens (hoped for, where drafts are nearly free) less what its time is worth at R."""
+        return (self.tokens if self.hoped is None else self.hoped) - self.worth * self.seconds
 
     @property
     def rate(self) -> float:
@@ -170,8 +177,16 @@ class AdaptivePolicy:
             bucket = proposer.bucket(context)
             if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
                 continue
-            acceptance = self.estimates(proposer).acceptance(bucket)
-            option = self.option(proposer, acceptance.tokens(), limit, verify, worth, acceptance.explored)
+            est = self.estimates(proposer)
+            acceptance = est.acceptance(bucket)
+            # drafts that cost nearly nothing to make are weighed by what they might keep: a draft
+            # never made never shows it would have been kept, and deeper ones cost only a little
+            # more verify time (the expected tokens shown and recorded stay the estimate's)
+            free = est.drafting(MAX_K) <= EXPLORE * verify[1]
+            curve = acceptance.tokens(OPTIMISM if free else 0.0)
+            option = self.option(proposer, curve, limit, verify, worth, acceptance.explored)
+            if free:
+                option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
             behind = proposer.behind(context)
             self.place(option, bucket, behind, prompt=behind >= len(context) - 1)
             options.append(option)
