@@ -97,11 +97,17 @@ def position_weights(block_size: int, gamma: float, device=None) -> torch.Tensor
     return torch.exp(-(i - 1) / gamma)
 
 
-def accepted_at(correct: torch.Tensor, keep: torch.Tensor) -> list[float]:
+def acceptance_curve(correct: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """For each block position i = 1..B-1, the share of kept blocks whose drafts 1..i are all
-    right: the acceptance curve a verify step would see, whose sum plus one is tau (the mean
-    tokens per step of the blocks' greedy drafts, the bonus included).
-    correct [b, N, B-1] bool, keep [b, N]."""
+    right [B-1], left on the device (a training step reads it back after its optimizer step, not
+    between its forward and backward passes): the acceptance curve a verify step would see,
+    whose sum plus one is tau (the mean tokens per step of the blocks' greedy drafts, the bonus
+    included). correct [b, N, B-1] bool, keep [b, N]."""
     run = correct.int().cumprod(dim=-1).float()  # [b, N, B-1]
     kept = keep.float()[:, :, None]
-    return ((run * kept).sum(dim=(0, 1)) / kept.sum().clamp(min=1.0)).tolist()
+    return (run * kept).sum(dim=(0, 1)) / kept.sum().clamp(min=1.0)
+
+
+def accepted_at(correct: torch.Tensor, keep: torch.Tensor) -> list[float]:
+    """acceptance_curve, read back."""
+    return acceptance_curve(correct, keep).tolist()

@@ -18,7 +18,7 @@ from engine.network.decoder import rope, rope_tables
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
-    accepted_at,
+    acceptance_curve,
     attention_mask,
     block_ids,
     block_positions,
@@ -144,7 +144,7 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
                loss_mask: torch.Tensor, blocks: Blocks, gamma: float, final: torch.Tensor | None = None,
                distill: float = 0.0) -> tuple[torch.Tensor, list[float]]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
-    acceptance curve of their greedy drafts (blocks.accepted_at: tau is one plus its sum).
+    acceptance curve of their greedy drafts on the device (blocks.acceptance_curve: tau is one plus its sum).
     The logits go through linear_loss.py, which never keeps them (gigabytes a sample).
     With distill W > 0 and the target's final hidden [b, S, H] (batch_states_and_final), the
     gradient follows W * the target's own next-token distribution + (1 - W) * the reply's token;
@@ -162,4 +162,4 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
     total, hits = linear_cross_entropy(hidden.flatten(0, 2), lm_head.weight, wanted.flatten(), weights,
                                        teacher=teacher, distill=distill)
     correct = hits.view_as(wanted) & counted
-    return total / weights.sum().clamp(min=1e-6), accepted_at(correct, blocks.keep)
+    return total / weights.sum().clamp(min=1e-6), acceptance_curve(correct, blocks.keep)

@@ -225,9 +225,12 @@ class Trainer:
     def step(self) -> StepReport:
         s, state = self.settings, self.state
         batch = self._next_batch()
-        ids, loss_mask, states, final = self._tensors(batch)
+        ids, loss_mask = self.padded(batch)
+        # drawn (on the host) before the target's pass is queued: reading the mask back then waits
+        # for nothing, where after it the host would wait for the whole pass before queueing more
         blocks = sample_anchors(loss_mask, s.anchors, self.generator)
         blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
+        states, final = self._states(batch, ids)
         lr = learning_rate(state.step, self._done(), s.learning_rate, s.warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -242,8 +245,9 @@ class Trainer:
         state.step += 1
         state.samples += len(batch)
         state.tokens += sum(len(x.ids) for x in batch)
-        return StepReport(state.step, state.total, float(loss.detach()), accepted, state.samples, state.tokens,
-                          state.seconds, lr)
+        # read back once the step is queued whole: the one wait for the device a step has
+        return StepReport(state.step, state.total, float(loss.detach()), accepted.tolist(), state.samples,
+                          state.tokens, state.seconds, lr)
 
     def _next_batch(self) -> list[Sample]:
         """The next samples in this epoch's fixed order (a new order each epoch, from the seed,
@@ -271,18 +275,23 @@ class Trainer:
         distills, the target's final hidden [b, S, H] (None otherwise: its last layers and their
         logits are never run)."""
         ids, loss_mask = self.padded(batch)
+        return ids, loss_mask, *self._states(batch, ids)
+
+    def _states(self, batch: list[Sample], ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The target's states of ids [b, S] and, where the run distills, its final hidden (see
+        _tensors)."""
         if self.settings.distill > 0.0:
             states, final = batch_states_and_final(self.target, ids)
         else:
             states, final = batch_states(self.target, ids), None
         if not self.settings.standardize_features:
-            return ids, loss_mask, states, final
+            return states, final
         if self.feature_scale is None:
             self.feature_scale = channel_rms([min(len(x.ids), self.settings.max_length) for x in batch], states)
             if self.settings.start_from_target and self.state.step == 0:
                 with torch.no_grad():  # fc reads the states as they were when it was copied
                     self.drafter.fc.weight.mul_(self.fc_scale())
-        return ids, loss_mask, states / self.feature_scale.to(states.dtype), final
+        return states / self.feature_scale.to(states.dtype), final
 
     def fc_scale(self) -> torch.Tensor | None:
         """The feature scale in the order fc reads the target's layers (the config's)."""
