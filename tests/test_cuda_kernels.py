@@ -309,3 +309,46 @@ def test_split_partials_add_up_to_the_product_in_the_residual_add(dtype, config,
     # the norm's own sum of squares may be added in another order (the partials' launch has more
     # warps): a last-bit difference in its scale
     assert rel_err(normed, expect) < TOL[dtype] / 10
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [300, 5000, 151936])
+def test_cross_entropy_grad_matches_torch(dtype, vocab, device):
+    from engine.kernels.cross_entropy import cross_entropy_grad_
+
+    g = torch.Generator().manual_seed(vocab)
+    rows = 37
+    logits = (torch.randn(rows, vocab, generator=g) * 3).to(dtype)
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    targets[:5] = logits[:5].float().argmax(dim=-1)  # some rows right, for the hits
+    logits[5, 1], logits[5, vocab - 1] = 60.0, 60.0  # a tie far apart: the first is the argmax
+    targets[5] = 1
+    weights = torch.rand(rows, generator=g)
+    ref = logits.double()
+    ref_loss = weights.double() * (ref.logsumexp(-1) - ref.gather(1, targets[:, None]).squeeze(1))
+    ref_grad = (ref.softmax(-1) - torch.nn.functional.one_hot(targets, vocab).double()) * weights.double()[:, None]
+    work = logits.to(device)
+    loss, hits = cross_entropy_grad_(work, targets.to(device), weights.to(device))
+    assert rel_err(loss.cpu(), ref_loss) < 1e-5
+    assert hits.cpu().tolist() == (ref.argmax(-1) == targets).tolist()
+    assert rel_err(work.cpu(), ref_grad) < TOL[dtype]
+
+
+def test_the_fused_training_loss_matches_the_torch_path_on_the_cpu(device):
+    from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    rows, h, vocab = 300, 64, 5000
+    hidden = torch.randn(rows, h, generator=g)
+    weight = torch.randn(vocab, h, generator=g) * 0.3
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    weights = torch.rand(rows, generator=g)
+    out = {}
+    for where in ("cpu", device):
+        x = hidden.to(where).requires_grad_()
+        total, hits = linear_cross_entropy(x, weight.to(where), targets.to(where), weights.to(where), chunk_rows=128)
+        total.backward()
+        out[where] = (total.detach().cpu(), hits.cpu(), x.grad.cpu())
+    (t_cpu, h_cpu, g_cpu), (t_gpu, h_gpu, g_gpu) = out["cpu"], out[device]
+    assert rel_err(t_gpu, t_cpu) < 1e-5 and torch.equal(h_gpu, h_cpu)
+    assert rel_err(g_gpu, g_cpu) < 1e-4

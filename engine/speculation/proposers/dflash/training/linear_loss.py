@@ -12,6 +12,10 @@ With distillation the target distribution of a row is W * p_teacher + (1 - W) * 
 the target model's own next-token softmax there (its final hidden through the same lm_head). The
 returned total stays the hard-label cross-entropy, so a run's loss reads the same whatever W; only
 the gradient follows the soft target.
+
+On CUDA, without distillation, a chunk's logits stay in lm_head's dtype and one kernel
+(engine/kernels/cross_entropy.py) turns them into their gradient in place, with each row's loss
+and argmax: the float32 passes of the torch ops took more device time than the products.
 """
 
 from __future__ import annotations
@@ -33,8 +37,17 @@ class LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad = torch.empty_like(hidden)
         hits = torch.empty(len(hidden), dtype=torch.bool, device=hidden.device)
+        fused = hidden.is_cuda and teacher is None
         for start in range(0, len(hidden), chunk_rows):
             rows = slice(start, start + chunk_rows)
+            if fused:
+                from engine.kernels.cross_entropy import cross_entropy_grad_  # Triton: CUDA only
+
+                logits = hidden[rows].to(weight.dtype) @ weight.T
+                losses, hits[rows] = cross_entropy_grad_(logits, targets[rows], weights[rows])
+                total += losses.sum()
+                grad[rows] = (logits @ weight).to(hidden.dtype)
+                continue
             logits = (hidden[rows].to(weight.dtype) @ weight.T).float()
             wanted = targets[rows]
             norm = logits.logsumexp(dim=-1)
