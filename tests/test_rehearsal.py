@@ -3,7 +3,8 @@ behind (k as it was, no adaptive estimates, every KV page back in its pool)."""
 
 import pytest
 
-from engine import AUTO, AutoProposer, DraftProposer, NgramProposer, SamplingParams, rehearse
+from engine import AUTO, AutoProposer, DraftProposer, NgramProposer, SamplingParams, random_model, rehearse
+from tests.conftest import tiny_config
 
 SAMPLINGS = [SamplingParams(), SamplingParams(temperature=0.8, top_p=0.9, seed=3)]
 
@@ -37,3 +38,10 @@ def test_plain_decoding_drafts_nothing(target):
     free = target.pool.num_free
     assert rehearse(target, None, SamplingParams()) == 0
     assert target.pool.num_free == free
+
+
+def test_a_context_too_small_for_the_rehearsal_skips_it():
+    small = random_model(tiny_config("qwen2"), seed=1, max_context=64)
+    proposer = NgramProposer(k=3)
+    assert rehearse(small, proposer, SamplingParams()) == 0
+    assert proposer.k == 3

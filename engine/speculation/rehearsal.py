@@ -34,13 +34,19 @@ def rehearse(model, proposer=None, sampling: SamplingParams | None = None) -> in
     its tokens thrown away; a fixed k is raised to the proposer's deepest for it. Leaves the
     proposer's k as it was and its adaptive estimates (and its members') unset. Returns how
     many steps drafted."""
-    sampling = replace(sampling or SamplingParams(), max_tokens=REHEARSAL_TOKENS)
+    ids = prompt(model.config.vocab_size)
+    # within a small context too (a verify step may reach MAX_STEP past the reply): a rehearsal
+    # that does not fit is skipped, never a refusal of the proposer
+    tokens = min(REHEARSAL_TOKENS, model.max_context - len(ids) - MAX_STEP)
+    if tokens < 2:
+        return 0
+    sampling = replace(sampling or SamplingParams(), max_tokens=tokens)
     k = None if proposer is None else proposer.k
     if proposer is not None and k != AUTO:
         proposer.k = proposer.max_k
     drafted = 0
     try:
-        for step in stream(model, prompt(model.config.vocab_size), sampling, stop_ids=(), speculative=proposer):
+        for step in stream(model, ids, sampling, stop_ids=(), speculative=proposer):
             drafted += bool(step.drafts)
     finally:
         if proposer is not None:
