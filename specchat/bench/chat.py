@@ -153,15 +153,30 @@ def scripted_cases(args) -> list[Case]:
 
 
 def model_cases(args) -> list[Case]:
+    """The cases of a real model, loaded on a thread of its own as the chat loads it: on a CPU, once
+    the main thread has run torch's OpenMP regions, every other thread's small ops run slower
+    (bench/RESULTS-cpu.md), and the app's engine runs on such a thread."""
     session = ChatSession(args)
-    cases = []
-    with message_progress() as progress:
-        session.load(progress)
-        cases.append(Case("plain", session, "off", 1))
-        for name in session.proposer_names()[1:]:
-            for k in args.k:
-                session.proposer(name, k, progress)  # a draft model or drafter loads here, not timed
-                cases.append(Case(f"{name} k {k}", session, name, k))
+    cases: list[Case] = []
+    failed: list[Exception] = []
+
+    def load() -> None:
+        try:
+            with message_progress() as progress:
+                session.load(progress)
+                cases.append(Case("plain", session, "off", 1))
+                for name in session.proposer_names()[1:]:
+                    for k in args.k:
+                        session.proposer(name, k, progress)  # a draft model or drafter loads here, not timed
+                        cases.append(Case(f"{name} k {k}", session, name, k))
+        except Exception as err:  # noqa: BLE001 - raised again on the calling thread
+            failed.append(err)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    loader.join()
+    if failed:
+        raise failed[0]
     return cases
 
 
