@@ -51,6 +51,6 @@ def rehearse(model, proposer=None, sampling: SamplingParams | None = None) -> in
     finally:
         if proposer is not None:
             proposer.k = k
-            for p in (proposer, *getattr(proposer, "members", ())):
+            for p in (proposer, *proposer.members):  # proposer auto's members learn too
                 p.estimates = None
     return drafted

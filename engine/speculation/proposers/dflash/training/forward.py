@@ -142,7 +142,7 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
 
 def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
                loss_mask: torch.Tensor, blocks: Blocks, gamma: float, final: torch.Tensor | None = None,
-               distill: float = 0.0) -> tuple[torch.Tensor, list[float]]:
+               distill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
     acceptance curve of their greedy drafts on the device (blocks.acceptance_curve: tau is one plus its sum).
     The logits go through linear_loss.py, which never keeps them (gigabytes a sample).

@@ -38,11 +38,11 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(hidden)
         hits = torch.empty(len(hidden), dtype=torch.bool, device=hidden.device)
         fused = hidden.is_cuda and teacher is None
+        if fused:
+            from engine.kernels.cross_entropy import cross_entropy_grad_  # Triton: CUDA only
         for start in range(0, len(hidden), chunk_rows):
             rows = slice(start, start + chunk_rows)
             if fused:
-                from engine.kernels.cross_entropy import cross_entropy_grad_  # Triton: CUDA only
-
                 logits = hidden[rows].to(weight.dtype) @ weight.T
                 losses, hits[rows] = cross_entropy_grad_(logits, targets[rows], weights[rows])
                 total += losses.sum()
