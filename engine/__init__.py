@@ -44,6 +44,7 @@ _ROOMS = {
     "ModelConfig": ("engine.network.config", "ModelConfig"),
     "preset": ("engine.network.config", "preset"),
     "profile_steps": ("engine.profile", "profile_steps"),
+    "dependent_launch": ("engine.kernels.overlap", "dependent_launch"),
     "Model": ("engine.runtime.model", "Model"),
     "random_model": ("engine.runtime.model", "random_model"),
     "SamplingParams": ("engine.runtime.sampling", "SamplingParams"),

@@ -15,6 +15,8 @@
 #            the policy's host time per step (bench/gpu/adaptive_steps.py)
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
+#   pdl      the step bench with dependent launch off and on (SPECCHAT_PDL=0/1, engine/kernels/overlap.py),
+#            alternating: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B shape
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -43,7 +45,7 @@ setup)
 tests)
   timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
   timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 4 tests/test_cuda_graphs.py \
-    tests/test_dflash_cuda.py tests/test_batch_cuda.py 2>&1 | grep -v "Warn\|warn" | tail -15
+    tests/test_dflash_cuda.py tests/test_batch_cuda.py tests/test_cuda_overlap.py 2>&1 | grep -v "Warn\|warn" | tail -15
   ;;
 steps-ab)
   opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
@@ -54,6 +56,18 @@ steps-ab)
         | grep -E "^ *1024 " | sed "s/^/new $tag: /"
       (cd .oldtree && PYTHONPATH=/tmp/site:. timeout 120 python3 -m specchat bench steps $shape $opts \
         --json "$OUT/old-$tag-$round.json" 2>&1 | grep -E "^ *1024 " | sed "s/^/old $tag: /")
+    done
+  done
+  ;;
+pdl)
+  opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for shape in "--random qwen2.5-0.5b" "--model $name" "--random qwen3-4b"; do
+      tag=$(echo "$shape" | awk '{print $2}')
+      for pdl in 0 1; do
+        SPECCHAT_PDL=$pdl timeout 120 python3 -m specchat bench steps $shape $opts \
+          --json "$OUT/pdl$pdl-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" | sed "s/^/pdl=$pdl $tag: /"
+      done
     done
   done
   ;;

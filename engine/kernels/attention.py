@@ -16,6 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.ops import wait_for_previous
+from engine.kernels.overlap import launch_options
+
 BLOCK_N = 32  # keys per inner iteration (swept on an H200: 32 beat 64 at 1K context, tied at 8K)
 
 
@@ -55,11 +58,12 @@ def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
     T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr,
     PS: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    FP32: tl.constexpr,
+    FP32: tl.constexpr, GDC: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
     group = tl.program_id(2)  # which M rows of the ROWS (one group unless the split is fixed)
+    wait_for_previous(GDC)
     start = tl.load(start_ptr)
     length = start + T
     if CHUNK > 0:  # fixed: a key's split does not depend on the step's length
@@ -110,9 +114,11 @@ def _attend_split(
 def _merge_splits(
     part_out_ptr, part_lse_ptr, out_ptr,
     G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr, SPLITS: tl.constexpr,
+    GDC: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     row = tl.program_id(1)
+    wait_for_previous(GDC)
     splits = tl.arange(0, SPLITS)
     d = tl.arange(0, D)
     part = (splits * KVH + kvh) * ROWS + row
@@ -181,10 +187,11 @@ def paged_decode_attention(
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
         CAUSAL=causal, FP32=fp32, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
-        num_stages=stages or (2 if m > 16 else 3),
+        num_stages=stages or (2 if m > 16 else 3), **launch_options(q.device),
     )
     out = torch.empty_like(q)
-    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4)
+    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4,
+                                **launch_options(q.device))
     return out
 
 

@@ -37,7 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.ops import add_rms_norm
+from engine.kernels.ops import add_rms_norm, wait_for_previous
+from engine.kernels.overlap import launch_options
 from engine.limits import MAX_STEP
 
 PLAIN, NORM = 0, 1  # what the input load computes
@@ -46,7 +47,7 @@ PLAIN, NORM = 0, 1  # what the input load computes
 @triton.jit
 def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < N
@@ -56,6 +57,9 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         # the whole row in one tile (BLOCK_K >= K): the norm needs all of it, and the product
         # then reuses it from registers
         m = cols < K
+        # the weights first: no step writes them, so they load while the kernel before runs
+        w = tl.load(w_rows + cols[None, :], mask=live[:, None] & m[None, :], other=0.0)
+        wait_for_previous(GDC)
         x = tl.load(x_ptr + cols, mask=m, other=0.0)
         if HAS_RES:
             x = (x.to(tl.float32) + tl.load(r_ptr + cols, mask=m, other=0.0).to(tl.float32)).to(x.dtype)
@@ -64,11 +68,17 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         rstd = tl.rsqrt(tl.sum(xf * xf, 0) / K + eps)
         nw = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
         xin = (nw * (xf * rstd).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
-        w = tl.load(w_rows + cols[None, :], mask=live[:, None] & m[None, :], other=0.0)
         y = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        k_begin = 0
+        if GDC:  # the first weight tile before the wait (see engine/kernels/overlap.py)
+            w = tl.load(w_rows + cols[None, :], mask=live[:, None] & (cols[None, :] < K), other=0.0)
+            wait_for_previous(GDC)
+            x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+            acc += w.to(tl.float32) * x[None, :]
+            k_begin = BLOCK_K
+        for k0 in range(k_begin, K, BLOCK_K):
             c = k0 + cols
             x = tl.load(x_ptr + c, mask=c < K, other=0.0).to(tl.float32)
             if EVEN_K:
@@ -85,7 +95,8 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
 @triton.jit
 def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride, k_split,
             HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-            IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr, DEFER: tl.constexpr):
+            IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr, DEFER: tl.constexpr,
+            GDC: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     live = rows < N
@@ -108,7 +119,15 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
     else:
         k_lo = tl.program_id(1) * k_split
         k_hi = tl.minimum(k_lo + k_split, K)  # the last split may be shorter
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    k_begin = k_lo
+    if GDC:  # the first weight tile before the wait (see engine/kernels/overlap.py)
+        c = k_lo + cols
+        w = tl.load(w_rows + c, mask=live[:, None] & (c < K), other=0.0)
+        wait_for_previous(GDC)
+        x = tl.load(x_rows + c, mask=in_step[:, None] & (c < K), other=0.0)
+        acc = _multiply_add(acc, x, w, SWAP, IEEE)
+        k_begin = k_lo + BLOCK_K
+    for k0 in range(k_begin, k_hi, BLOCK_K):
         c = k0 + cols
         if EVEN_K:
             x = tl.load(x_rows + c, mask=in_step[:, None], other=0.0)
@@ -116,15 +135,7 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
         else:
             x = tl.load(x_rows + c, mask=in_step[:, None] & (c < K), other=0.0)
             w = tl.load(w_rows + c, mask=live[:, None] & (c < K), other=0.0)
-        if SWAP:
-            if IEEE:
-                acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee")
-            else:
-                acc = tl.dot(w, tl.trans(x), acc)
-        elif IEEE:
-            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(x, tl.trans(w), acc)
+        acc = _multiply_add(acc, x, w, SWAP, IEEE)
     if DEFER:
         # each split's float32 sums as they are, out being [SPLIT, T, N]: the consumer adds them
         tl.store(out_ptr + tl.program_id(1) * T * N + tile, acc, mask=keep)
@@ -144,6 +155,18 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
             tl.atomic_xchg(lock_ptr + pid, 0)
     else:
         _bias_store(acc, b_ptr, rows, live, out_ptr, tile, keep, HAS_BIAS, SWAP)
+
+
+@triton.jit
+def _multiply_add(acc, x, w, SWAP: tl.constexpr, IEEE: tl.constexpr):
+    """acc + the tile's product on the matrix units: weights on the left when SWAP."""
+    if SWAP:
+        if IEEE:
+            return tl.dot(w, tl.trans(x), acc, input_precision="ieee")
+        return tl.dot(w, tl.trans(x), acc)
+    if IEEE:
+        return tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+    return tl.dot(x, tl.trans(w), acc)
 
 
 @triton.jit
@@ -256,7 +279,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
             stream if stream is not None else x, weight, b, out, n, k, eps, PROLOGUE=prologue,
             HAS_RES=residual is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
-            EVEN_K=k % block_k == 0, num_warps=warps, num_stages=stages,
+            EVEN_K=k % block_k == 0, num_warps=warps, num_stages=stages, **launch_options(x.device),
         )
     else:
         assert prologue == PLAIN
@@ -275,7 +298,8 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, n, k, x.stride(0), k_split,
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
                                 EVEN_K=k % block_k == 0, IEEE=x.dtype == torch.float32,
-                                SPLIT=split, SWAP=swap, DEFER=defer, num_warps=warps, num_stages=stages)
+                                SPLIT=split, SWAP=swap, DEFER=defer, num_warps=warps, num_stages=stages,
+                                **launch_options(x.device))
     return out
 
 

@@ -12,13 +12,26 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels.overlap import launch_options
+
+
+@triton.jit
+def wait_for_previous(GDC: tl.constexpr):
+    """With dependent launch (engine/kernels/overlap.py): wait for the kernel before this one to
+    finish and flush, then let the next one launch. Without it, nothing."""
+    if GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
 
 @triton.jit
 def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
-                  PARTS: tl.constexpr, BLOCK: tl.constexpr):
+                  PARTS: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0)  # a weight: safe before the wait
+    wait_for_previous(GDC)
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
     for s in tl.static_range(1, PARTS):  # a product's split partials, added in split order
         x += tl.load(x_ptr + s * part_stride + row * n_cols + cols, mask=mask, other=0.0)
@@ -30,7 +43,6 @@ def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, part_stride, eps, HAS_
         tl.store(res_ptr + row * n_cols + cols, x, mask=mask)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 0) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     y = (w.to(tl.float32) * (xf * rstd).to(dtype).to(tl.float32)).to(dtype)
     tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
 
@@ -52,15 +64,16 @@ def add_rms_norm(
     # columns 1.97 us at 32 warps, 2.09 at 16, 2.32 at 8; a whole bf16 row 1.67 at 8 or 16)
     warps = (32 if block >= 4096 else 16) if parts > 1 else 8 if block >= 4096 else 4
     _add_rms_norm[(t,)](x, res, weight, out, n, t * n, eps, HAS_RES=residual is not None, PARTS=parts,
-                        BLOCK=block, num_warps=warps)
+                        BLOCK=block, num_warps=warps, **launch_options(x.device))
     return out, res
 
 
 @triton.jit
-def _silu_mul(gu_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+def _silu_mul(gu_ptr, out_ptr, n_cols, BLOCK: tl.constexpr, GDC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
+    wait_for_previous(GDC)
     g = tl.load(gu_ptr + row * 2 * n_cols + cols, mask=mask, other=0.0)
     u = tl.load(gu_ptr + row * 2 * n_cols + n_cols + cols, mask=mask, other=0.0)
     gf = g.to(tl.float32)
@@ -74,7 +87,8 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     n = n2 // 2
     out = torch.empty((t, n), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
-    _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4)
+    _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4,
+                                          **launch_options(gate_up.device))
     return out
 
 
@@ -83,11 +97,13 @@ def _qk_rope_store(
     qkv_ptr, pos_ptr, inv_freq_ptr, qw_ptr, kw_ptr, q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr,
     rows_ptr, table_stride, qkv_stride, eps,
     H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, QK_NORM: tl.constexpr,
-    BATCHED: tl.constexpr,
+    BATCHED: tl.constexpr, GDC: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     half = tl.arange(0, D // 2)
+    inv_freq = tl.load(inv_freq_ptr + half)  # constant: safe before the wait
+    wait_for_previous(GDC)
     # q heads, then k heads: head h of either starts at h * D in the fused qkv row
     base = qkv_ptr + t * qkv_stride + h * D
     x1 = tl.load(base + half)
@@ -102,7 +118,7 @@ def _qk_rope_store(
         x1 = (w1 * (x1 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
         x2 = (w2 * (x2 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
     pos = tl.load(pos_ptr + t)
-    angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + half)
+    angle = pos.to(tl.float32) * inv_freq
     c = tl.cos(angle).to(dtype).to(tl.float32)
     s = tl.sin(angle).to(dtype).to(tl.float32)
     # rotate-half RoPE with the torch path's roundings: x * cos + rotate(x) * sin
@@ -149,6 +165,6 @@ def qk_rope_store(
         qkv, positions, inv_freq, q_norm if norm else qkv, k_norm if norm else qkv, q, k_cache, v_cache,
         page_table, page_table if rows is None else rows, page_table.stride(0) if rows is not None else 0,
         qkv.stride(0), eps, H=num_heads, KVH=kvh, D=d, PS=page_size, QK_NORM=norm, BATCHED=rows is not None,
-        num_warps=1,
+        num_warps=1, **launch_options(qkv.device),
     )
     return q

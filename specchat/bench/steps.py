@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine import EngineError, load_model, preset, profile_steps, random_model
+from engine import EngineError, dependent_launch, load_model, preset, profile_steps, random_model
 
 
 def bench_steps(args) -> int:
@@ -24,6 +24,8 @@ def bench_steps(args) -> int:
         name = f"{model.name} (bf16)"
     if args.batch_invariant:
         name += ", batch-invariant steps"
+    if dependent_launch(torch.device("cuda")):
+        name += ", dependent launch"
     result = profile_steps(model, name, args.contexts, args.lengths, args.repeats,
                            eager=not args.no_eager, transformers=not args.no_transformers)
     print_report(result)

@@ -1,0 +1,48 @@
+"""Programmatic dependent launch (Hopper and later): a step's kernels overlap their edges.
+
+Inside a step's CUDA graph every kernel waits for the one before it to finish and flush, then
+ramps up: launch, the first weight loads' trip to memory. For a small model that ramp is a
+large part of each of its 200-odd kernels. With dependent launch a kernel is launched while
+the one before it still runs: it loads what no step ever writes (its first weight tile) at
+once, then waits on the grid before it (`gdc_wait`) and only then reads activations or writes
+anything, so no read sees a stale value and no write lands under a reader. Right after that
+wait it lets the kernel after it launch in turn (`gdc_launch_dependents`): two kernels in
+flight at most, the one running and the next one loading its weights.
+
+Every Triton kernel of a step takes the constexpr GDC, calls ops.wait_for_previous(GDC) before it
+touches activations, and is launched with launch_pdl=GDC. This module decides, without Triton.
+A kernel that is not launched this way (torch's own, or GDC off) orders as usual, and the wait
+is then a no-op, so a mix is safe: what matters is that no kernel launched dependently touches
+activations before its wait.
+
+SPECCHAT_PDL=1 turns it on where the device supports it (compute capability 9 or later, not
+under Triton's interpreter), 0 off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+@functools.cache
+def _supported(index: int) -> bool:
+    if os.environ.get("SPECCHAT_PDL", "0") != "1" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def dependent_launch(device: torch.device) -> bool:
+    """Whether the step kernels on this device launch dependently (GDC and launch_pdl)."""
+    if device.type != "cuda":
+        return False
+    return _supported(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def launch_options(device: torch.device) -> dict:
+    """The kernel arguments for it: GDC (the kernel's constexpr) and, when on, launch_pdl."""
+    on = dependent_launch(device)
+    return {"GDC": True, "launch_pdl": True} if on else {"GDC": False}
+
