@@ -45,6 +45,7 @@ _ROOMS = {
     "preset": ("engine.network.config", "preset"),
     "profile_steps": ("engine.profile", "profile_steps"),
     "dependent_launch": ("engine.kernels.overlap", "dependent_launch"),
+    "silu_epilogue": ("engine.kernels.overlap", "silu_epilogue"),
     "Model": ("engine.runtime.model", "Model"),
     "random_model": ("engine.runtime.model", "random_model"),
     "SamplingParams": ("engine.runtime.sampling", "SamplingParams"),

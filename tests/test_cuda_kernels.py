@@ -194,6 +194,21 @@ def test_norm_linear_matches_norm_then_linear(dtype, t, first_layer, n, k, bias,
     assert folds_norm(x, w) == (t == 1 and n <= 4096)  # both paths above are exercised
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t", [1, 2, 7, 16, 40])
+@pytest.mark.parametrize("i,k", [(4864, 896), (8960, 1536), (9728, 2560), (150, 80)])
+def test_silu_in_the_gate_up_epilogue_is_bit_for_bit_the_two_kernels(dtype, t, i, k, device):
+    """The gate/up shapes of Qwen2.5-0.5B, 1.5B and Qwen3-4B (GEMV, 16-row kernel with the weights
+    left or right), a tiny one, and a long step (cuBLAS): same programs, same sums, same rounding."""
+    from engine.kernels.gemv import linear, linear_silu
+    from engine.kernels.ops import silu_mul
+
+    x = torch.randn(t, k, dtype=dtype, device=device)
+    w = torch.randn(2 * i, k, dtype=dtype, device=device) / k**0.5
+    assert torch.equal(linear_silu(x, w), silu_mul(linear(x, w)))
+    assert torch.equal(linear_silu(x, w, invariant=True), silu_mul(linear(x, w, invariant=True)))
+
+
 def test_long_steps_fall_back_to_cublas(device):
     from engine.kernels.gemv import norm_linear
 

@@ -1,9 +1,10 @@
-"""Dependent launch (engine/kernels/overlap.py) changes when kernels start, never what they compute.
+"""Fewer launches or overlapped ones (engine/kernels/overlap.py) change when kernels run, never
+what they compute.
 
 Two copies of one bf16 model with the layer shapes of Qwen2.5-1.5B (so every kernel variant a real
 step uses runs: the norm folded into q/k/v, gate/up on the matrix units, o and down as split
-partials, the split attention), one captured with dependent launch and one without: every
-step, decode and verify, must give the same logits bit for bit.
+partials, the split attention), one captured with dependent launch (or SiLU in the gate/up
+epilogue) and one without: every step, decode and verify, must give the same logits bit for bit.
 """
 
 import copy
@@ -41,13 +42,33 @@ def steps(model: Model) -> list[torch.Tensor]:
     return out
 
 
-def test_dependent_launch_leaves_every_steps_logits_bit_for_bit(hopper, monkeypatch):
-    base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
-    assert base.graphs is not None
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
-    plain = steps(base)
+@pytest.fixture(scope="module")
+def plain():
+    """The model, and its steps' logits with neither change."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(overlap, "dependent_launch", lambda device: False)
+        m.setattr(overlap, "silu_epilogue", lambda: False)
+        base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
+        assert base.graphs is not None
+        return base, steps(base)
+
+
+def copy_of(model: Model) -> Model:
+    return Model(copy.deepcopy(model.decoder), model.config, name=model.name, max_context=1024)
+
+
+def test_dependent_launch_leaves_every_steps_logits_bit_for_bit(hopper, plain, monkeypatch):
+    base, expected = plain
     monkeypatch.setattr(overlap, "dependent_launch", lambda device: device.type == "cuda")
-    overlapped = Model(copy.deepcopy(base.decoder), base.config, name=base.name, max_context=1024)
+    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
     assert overlap.launch_options(torch.device("cuda")) == {"GDC": True, "launch_pdl": True}
-    for a, b in zip(plain, steps(overlapped), strict=True):
+    for a, b in zip(expected, steps(copy_of(base)), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_silu_in_the_gate_up_epilogue_leaves_every_steps_logits_bit_for_bit(plain, monkeypatch):
+    base, expected = plain
+    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
+    monkeypatch.setattr(overlap, "silu_epilogue", lambda: True)
+    for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert torch.equal(a, b)

@@ -15,8 +15,9 @@
 #            the policy's host time per step (bench/gpu/adaptive_steps.py)
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
-#   pdl      the step bench with dependent launch off and on (SPECCHAT_PDL=0/1, engine/kernels/overlap.py),
-#            alternating: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B shape
+#   pdl      the step bench with dependent launch (SPECCHAT_PDL) and SiLU in the gate/up epilogue
+#            (SPECCHAT_SILU_EPILOGUE) off and on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the
+#            Coder-1.5B's real weights, Qwen3-4B shape
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -61,12 +62,14 @@ steps-ab)
   ;;
 pdl)
   opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
-  for round in $(seq 1 "${ROUNDS:-2}"); do
+  for round in $(seq 1 "${ROUNDS:-1}"); do
     for shape in "--random qwen2.5-0.5b" "--model $name" "--random qwen3-4b"; do
       tag=$(echo "$shape" | awk '{print $2}')
-      for pdl in 0 1; do
-        SPECCHAT_PDL=$pdl timeout 120 python3 -m specchat bench steps $shape $opts \
-          --json "$OUT/pdl$pdl-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" | sed "s/^/pdl=$pdl $tag: /"
+      for setting in "0 0" "1 0" "0 1" "1 1"; do
+        set -- $setting
+        SPECCHAT_PDL=$1 SPECCHAT_SILU_EPILOGUE=$2 timeout 100 python3 -m specchat bench steps $shape $opts \
+          --json "$OUT/pdl$1-silu$2-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" \
+          | sed "s/^/pdl=$1 silu=$2 $tag: /"
       done
     done
   done

@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.ops import add_rms_norm, wait_for_previous
+from engine.kernels.ops import add_rms_norm, silu_mul, wait_for_previous
 from engine.kernels.overlap import launch_options
 from engine.limits import MAX_STEP
 
@@ -47,11 +47,12 @@ PLAIN, NORM = 0, 1  # what the input load computes
 @triton.jit
 def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
-          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr):
+          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
+          SILU: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
-    w_rows = w_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + w_index[:, None].to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
     if PROLOGUE == 1:
         # the whole row in one tile (BLOCK_K >= K): the norm needs all of it, and the product
@@ -87,24 +88,51 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
                 w = tl.load(w_rows + c[None, :], mask=live[:, None] & (c[None, :] < K), other=0.0)
             acc += w.to(tl.float32) * x[None, :]
         y = tl.sum(acc, axis=1)
-    if HAS_BIAS:
-        y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+    if SILU:  # y holds (gate, up) pairs: SiLU(gate) * up, one per output row
+        y = _silu_times_up(tl.reshape(y, (BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
+        rows = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(out_ptr + rows, y, mask=rows < N)
+    else:
+        if HAS_BIAS:
+            y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
+        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _weight_rows(pid, N, BLOCK_N: tl.constexpr, SILU: tl.constexpr):
+    """(the output row of each of a program's weight rows, the weight row's index). With SILU
+    the weight is [gate; up] (2N rows) and a program's rows pair them: gate row j, then up row j."""
+    r = tl.arange(0, BLOCK_N)
+    if SILU:
+        rows = pid * (BLOCK_N // 2) + r // 2
+        return rows, rows + (r % 2) * N
+    rows = pid * BLOCK_N + r
+    return rows, rows
+
+
+@triton.jit
+def _silu_times_up(pairs, dtype: tl.constexpr):
+    """SiLU(gate) * up from float32 sums [..., 2] (gate, up), rounded where the unfused path rounds:
+    each product to dtype, SiLU's result to dtype, then the product (ops.silu_mul)."""
+    gate, up = tl.split(pairs)
+    g = gate.to(dtype).to(tl.float32)
+    s = (g / (1.0 + tl.exp(-g))).to(dtype)
+    return (s.to(tl.float32) * up.to(dtype).to(tl.float32)).to(dtype)
 
 
 @triton.jit
 def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride, k_split,
             HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
             IEEE: tl.constexpr, SPLIT: tl.constexpr, SWAP: tl.constexpr, DEFER: tl.constexpr,
-            GDC: tl.constexpr):
+            GDC: tl.constexpr, SILU: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
     ts = tl.arange(0, 16)
     in_step = ts < T
     cols = tl.arange(0, BLOCK_K)[None, :]
     x_rows = x_ptr + ts[:, None] * x_stride
-    w_rows = w_ptr + rows[:, None].to(tl.int64) * K
+    w_rows = w_ptr + w_index[:, None].to(tl.int64) * K
     if SWAP:  # weights as the product's left operand: [BLOCK_N, 16]
         acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)
         tile = ts[None, :] * N + rows[:, None]
@@ -136,7 +164,17 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
             x = tl.load(x_rows + c, mask=in_step[:, None] & (c < K), other=0.0)
             w = tl.load(w_rows + c, mask=live[:, None] & (c < K), other=0.0)
         acc = _multiply_add(acc, x, w, SWAP, IEEE)
-    if DEFER:
+    if SILU:  # (gate, up) pairs along the weight rows: one SiLU(gate) * up per output row
+        half = tl.arange(0, BLOCK_N // 2)
+        rows = pid * (BLOCK_N // 2) + half
+        if SWAP:  # acc [BLOCK_N, 16]
+            y = _silu_times_up(tl.permute(tl.reshape(acc, (BLOCK_N // 2, 2, 16)), (0, 2, 1)),
+                               out_ptr.dtype.element_ty)
+            tl.store(out_ptr + ts[None, :] * N + rows[:, None], y, mask=in_step[None, :] & (rows < N)[:, None])
+        else:  # acc [16, BLOCK_N]
+            y = _silu_times_up(tl.reshape(acc, (16, BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
+            tl.store(out_ptr + ts[:, None] * N + rows[None, :], y, mask=in_step[:, None] & (rows < N)[None, :])
+    elif DEFER:
         # each split's float32 sums as they are, out being [SPLIT, T, N]: the consumer adds them
         tl.store(out_ptr + tl.program_id(1) * T * N + tile, acc, mask=keep)
     elif SPLIT > 1:
@@ -263,12 +301,16 @@ def one_row_on_matrix_units(n: int, k: int, dtype: torch.dtype) -> bool:
 
 
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
-           config=None, invariant=False):
+           config=None, invariant=False, silu=False):
     """Run the kernel for x's rows into out; config overrides the measured launch settings.
     Prologues only for one row (over 16 rows, folding costs the product more than it saves).
-    invariant: one row too goes through the 16-row kernel (see `linear`)."""
+    invariant: one row too goes through the 16-row kernel (see `linear`).
+    silu: weight is [gate; up] and out gets SiLU(gate) * up, half as wide (`linear_silu`); the
+    settings, programs and each row's sums are those of the plain product over the whole weight."""
     t = x.shape[0]
     n, k = weight.shape
+    width = n // 2 if silu else n  # the output's
+    assert not silu or (bias is None and prologue == PLAIN and out.shape[-1] == width)
     b = bias if bias is not None else weight
     if invariant:
         config = config or invariant_config(n, k, x.dtype)
@@ -277,9 +319,9 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
         _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
-            stream if stream is not None else x, weight, b, out, n, k, eps, PROLOGUE=prologue,
+            stream if stream is not None else x, weight, b, out, width, k, eps, PROLOGUE=prologue,
             HAS_RES=residual is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
-            EVEN_K=k % block_k == 0, num_warps=warps, num_stages=stages, **launch_options(x.device),
+            EVEN_K=k % block_k == 0, SILU=silu, num_warps=warps, num_stages=stages, **launch_options(x.device),
         )
     else:
         assert prologue == PLAIN
@@ -287,6 +329,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         block_n, block_k, warps, stages, split, swap, defer = config + (1, False, False)[len(config) - 4 :]
         tiles = triton.cdiv(n, block_n)
         k_split, split = split_k(k, block_k, split)
+        assert not silu or (split == 1 and not defer)
         if defer:  # out: [split, T, N] float32, one slice per split
             assert bias is None and out.shape == (split, t, n) and out.dtype == torch.float32
             parts = locks = out
@@ -295,11 +338,11 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
             parts, locks = torch.empty((split, 16, n), dtype=torch.float32, device=x.device), split_locks(x.device)
         else:
             parts = locks = out
-        _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, n, k, x.stride(0), k_split,
+        _gemm16[(tiles, split)](x, weight, b, out, parts, locks, t, width, k, x.stride(0), k_split,
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
                                 EVEN_K=k % block_k == 0, IEEE=x.dtype == torch.float32,
-                                SPLIT=split, SWAP=swap, DEFER=defer, num_warps=warps, num_stages=stages,
-                                **launch_options(x.device))
+                                SPLIT=split, SWAP=swap, DEFER=defer, SILU=silu, num_warps=warps,
+                                num_stages=stages, **launch_options(x.device))
     return out
 
 
@@ -337,6 +380,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return launch(x, weight, bias, out, invariant=invariant)
 
 
+def linear_silu(x: torch.Tensor, weight: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+    """SiLU(x @ gate.T) * (x @ up.T) for weight [gate; up] ([2I, K], the MLP's gate_up_proj):
+    [T, I], the product and its activation in one kernel, bit for bit `silu_mul(linear(x,
+    weight))` (the same programs and sums; the activation rounds where silu_mul does). It saves
+    a launch a layer and the product's round trip through memory. Where the step kernels do not
+    take x (more than 16 rows, cuBLAS's shapes), those two."""
+    invariant = invariant and x.is_cuda and x.shape[0] <= MAX_STEP
+    if not (invariant or _fits(x, weight)):
+        return silu_mul(linear(x, weight))
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    out = torch.empty((x.shape[0], weight.shape[0] // 2), dtype=x.dtype, device=x.device)
+    return launch(x, weight, None, out, invariant=invariant, silu=True)
+
+
 def linear_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  invariant: bool = False) -> torch.Tensor:
     """x [T, K] @ weight[N, K].T for a verify step, left where it pays as the float32 partial
@@ -361,16 +418,19 @@ def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
-                weight: torch.Tensor, bias: torch.Tensor | None = None, invariant: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                weight: torch.Tensor, bias: torch.Tensor | None = None, invariant: bool = False,
+                silu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
     stream is a new tensor (programs read the old one while the first writes the sum); x itself
-    when residual is None, the stream's start. Otherwise residual is updated in place."""
+    when residual is None, the stream's start. Otherwise residual is updated in place.
+    silu: weight is an MLP's [gate; up] and the product SiLU(gate) * up (`linear_silu`)."""
     if invariant or not folds_norm(x, weight):
         h, stream = add_rms_norm(x, residual, norm_weight, eps)
+        if silu:
+            return linear_silu(h, weight, invariant), stream
         return linear(h, weight, bias, invariant), stream
     x = x.contiguous()
     stream = x if residual is None else torch.empty_like(x)
     out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)
     launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps)
-    return out, stream
+    return (silu_mul(out) if silu else out), stream

@@ -17,6 +17,10 @@ activations before its wait.
 
 SPECCHAT_PDL=1 turns it on where the device supports it (compute capability 9 or later, not
 under Triton's interpreter), 0 off.
+
+The same goes for the other way to take launches out of a step, `silu_epilogue`: the MLP's
+SiLU(gate) * up computed in the gate/up product's epilogue (gemv.linear_silu) rather than by a
+kernel of its own (SPECCHAT_SILU_EPILOGUE=1).
 """
 
 from __future__ import annotations
@@ -46,3 +50,8 @@ def launch_options(device: torch.device) -> dict:
     on = dependent_launch(device)
     return {"GDC": True, "launch_pdl": True} if on else {"GDC": False}
 
+
+@functools.cache
+def silu_epilogue() -> bool:
+    """Whether the fused layers take SiLU(gate) * up in the gate/up product (gemv.linear_silu)."""
+    return os.environ.get("SPECCHAT_SILU_EPILOGUE", "0") == "1"

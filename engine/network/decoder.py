@@ -154,6 +154,7 @@ class DecoderLayer(nn.Module):
         the final norm); parts=False asks for the MLP's output whole."""
         from engine.kernels.gemv import linear, linear_parts, norm_linear
         from engine.kernels.ops import silu_mul
+        from engine.kernels.overlap import silu_epilogue
 
         attn, mlp = self.self_attn, self.mlp
         invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike
@@ -162,10 +163,15 @@ class DecoderLayer(nn.Module):
                                     invariant)
         x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
-        gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
-                                        invariant)
+        if silu_epilogue():  # SiLU(gate) * up in the gate/up product's epilogue
+            act, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
+                                        invariant, silu=True)
+        else:
+            gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
+                                            invariant)
+            act = silu_mul(gate_up)
         down = linear_parts if parts else linear
-        return down(silu_mul(gate_up), mlp.down_proj.weight, None, invariant), residual
+        return down(act, mlp.down_proj.weight, None, invariant), residual
 
 
 class Decoder(nn.Module):

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import torch
 
-from engine import EngineError, dependent_launch, load_model, preset, profile_steps, random_model
+from engine import (
+    EngineError,
+    dependent_launch,
+    load_model,
+    preset,
+    profile_steps,
+    random_model,
+    silu_epilogue,
+)
 
 
 def bench_steps(args) -> int:
@@ -26,6 +34,8 @@ def bench_steps(args) -> int:
         name += ", batch-invariant steps"
     if dependent_launch(torch.device("cuda")):
         name += ", dependent launch"
+    if silu_epilogue():
+        name += ", SiLU in the gate/up epilogue"
     result = profile_steps(model, name, args.contexts, args.lengths, args.repeats,
                            eager=not args.no_eager, transformers=not args.no_transformers)
     print_report(result)
