@@ -63,13 +63,13 @@ steps-ab)
 pdl)
   opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
   for round in $(seq 1 "${ROUNDS:-1}"); do
-    for shape in "--random qwen2.5-0.5b" "--model $name" "--random qwen3-4b"; do
-      tag=$(echo "$shape" | awk '{print $2}')
-      for setting in "0 0" "1 0" "0 1" "1 1"; do
-        set -- $setting
-        SPECCHAT_PDL=$1 SPECCHAT_SILU_EPILOGUE=$2 timeout 100 python3 -m specchat bench steps $shape $opts \
-          --json "$OUT/pdl$1-silu$2-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" \
-          | sed "s/^/pdl=$1 silu=$2 $tag: /"
+    for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
+      shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
+      for setting in ${SETTINGS:-0,0 1,0 0,1 1,1}; do  # dependent launch, SiLU epilogue
+        pdl=${setting%,*}; silu=${setting#*,}
+        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu timeout 100 python3 -m specchat bench steps $shape $opts \
+          --json "$OUT/pdl$pdl-silu$silu-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" \
+          | sed "s/^/pdl=$pdl silu=$silu $tag: /"
       done
     done
   done
