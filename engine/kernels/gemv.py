@@ -105,9 +105,11 @@ def _weight_rows(pid, N, BLOCK_N: tl.constexpr, SILU: tl.constexpr):
     r = tl.arange(0, BLOCK_N)
     if SILU:
         rows = pid * (BLOCK_N // 2) + r // 2
-        return rows, rows + (r % 2) * N
-    rows = pid * BLOCK_N + r
-    return rows, rows
+        w_index = rows + (r % 2) * N
+    else:
+        rows = pid * BLOCK_N + r
+        w_index = rows
+    return rows, w_index
 
 
 @triton.jit
@@ -197,14 +199,18 @@ def _gemm16(x_ptr, w_ptr, b_ptr, out_ptr, part_ptr, lock_ptr, T, N, K, x_stride,
 
 @triton.jit
 def _multiply_add(acc, x, w, SWAP: tl.constexpr, IEEE: tl.constexpr):
-    """acc + the tile's product on the matrix units: weights on the left when SWAP."""
+    """acc + the tile's product on the matrix units: weights on the left when SWAP. (One return
+    at the end: Triton's compiler does not end a function at a return inside a branch.)"""
     if SWAP:
         if IEEE:
-            return tl.dot(w, tl.trans(x), acc, input_precision="ieee")
-        return tl.dot(w, tl.trans(x), acc)
-    if IEEE:
-        return tl.dot(x, tl.trans(w), acc, input_precision="ieee")
-    return tl.dot(x, tl.trans(w), acc)
+            acc = tl.dot(w, tl.trans(x), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, tl.trans(x), acc)
+    elif IEEE:
+        acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(x, tl.trans(w), acc)
+    return acc
 
 
 @triton.jit
