@@ -360,7 +360,7 @@ def test_the_fused_training_loss_matches_the_torch_path_on_the_cpu(device):
     weights = torch.rand(rows, generator=g)
     out = {}
     for where in ("cpu", device):
-        x = hidden.to(where).requires_grad_()
+        x = hidden.to(where).clone().requires_grad_()  # a leaf of its own on either device
         total, hits = linear_cross_entropy(x, weight.to(where), targets.to(where), weights.to(where), chunk_rows=128)
         total.backward()
         out[where] = (total.detach().cpu(), hits.cpu(), x.grad.cpu())
