@@ -34,7 +34,7 @@ from engine.speculation.proposers.dflash.training.forward import (
 )
 from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
 from engine.speculation.proposers.dflash.training.order import epoch_order
-from engine.speculation.proposers.dflash.training.trainer import Sample, Trainer, TrainSettings
+from engine.speculation.proposers.dflash.training.trainer import LENGTH_STEP, Sample, Trainer, TrainSettings
 from tests.conftest import tiny_config
 
 BLOCK = 8
@@ -376,3 +376,39 @@ def test_a_drafter_deeper_than_its_target_cannot_start_from_it(corpus, tmp_path)
     with pytest.raises(EngineError, match="at most as many layers"):
         Trainer(target, samples, settings(num_layers=len(target.decoder.layers) + 1, start_from_target=True),
                 tmp_path / "d")
+
+
+def test_padding_and_unkept_blocks_change_no_loss_or_gradient(corpus, monkeypatch):
+    """Steps are rounded to a few shapes (trainer.LENGTH_STEP, ANCHOR_STEP): the pads after a
+    batch's samples and the blocks that are not kept leave the loss, the acceptance curve and
+    every gradient as they were."""
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(), "/tmp/unused-padding")
+    monkeypatch.setattr(target, "state_layers", trainer.drafter.state_layers)
+    ids, mask, states, _ = trainer._tensors(samples[:3])
+    assert ids.shape[1] % LENGTH_STEP == 0
+    real = int(max(len(x.ids) for x in samples[:3]))
+    blocks = sample_anchors(mask[:, :real], 5, torch.Generator().manual_seed(0))
+    more = Blocks(torch.cat([blocks.anchors, torch.zeros_like(blocks.anchors)], 1),
+                  torch.cat([blocks.keep, torch.zeros_like(blocks.keep)], 1))
+    results = []
+    for s, b in ((real, blocks), (ids.shape[1], more)):
+        trainer.drafter.zero_grad()
+        loss, accepted = block_loss(trainer.drafter, target, states[:, :s], ids[:, :s], mask[:, :s], b, 7.0)
+        loss.backward()
+        results.append((loss.detach(), accepted, [p.grad.clone() for p in trainer.drafter.parameters()]))
+    (loss_a, curve_a, grads_a), (loss_b, curve_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(curve_b, curve_a)
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_a_steps_block_count_is_rounded_up_with_unkept_blocks():
+    loss_mask = torch.zeros(2, 300)
+    loss_mask[0, 100:170] = 1  # 70 reply tokens: 70 anchors, rounded up to 128 blocks
+    loss_mask[1, 250:260] = 1
+    blocks = sample_anchors(loss_mask, 256, torch.Generator().manual_seed(0), multiple=64)
+    assert blocks.anchors.shape == (2, 128)
+    assert blocks.keep.sum(dim=1).tolist() == [70, 10]
+    assert sample_anchors(loss_mask, 100, torch.Generator(), multiple=64).anchors.shape == (2, 100)

@@ -18,7 +18,7 @@ from engine import load_model
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.data import read_samples
 from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
-from engine.speculation.proposers.dflash.training.trainer import Trainer, TrainSettings
+from engine.speculation.proposers.dflash.training.trainer import ANCHOR_STEP, Trainer, TrainSettings
 
 
 class Clock:
@@ -72,7 +72,7 @@ def main() -> None:
         clock.mark("host: batch")
         states = batch_states(target, ids)
         clock.mark("target states")
-        blocks = sample_anchors(mask, args.anchors, trainer.generator)
+        blocks = sample_anchors(mask, args.anchors, trainer.generator, ANCHOR_STEP)  # as a training step
         blocks.anchors, blocks.keep = blocks.anchors.to(trainer.device), blocks.keep.to(trainer.device)
         clock.mark("anchors")
         with autocast:

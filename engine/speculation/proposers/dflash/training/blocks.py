@@ -21,13 +21,17 @@ class Blocks:
     keep: torch.Tensor  # [b, N] bool: a real block (a sample with few reply tokens has fewer)
 
 
-def sample_anchors(loss_mask: torch.Tensor, count: int, generator: torch.Generator) -> Blocks:
+def sample_anchors(loss_mask: torch.Tensor, count: int, generator: torch.Generator, multiple: int = 1
+                   ) -> Blocks:
     """Up to `count` distinct random anchors per sample among the positions whose next token is a
-    reply token (loss_mask [b, S], on the CPU: the generator decides, whatever the device)."""
+    reply token (loss_mask [b, S], on the CPU: the generator decides, whatever the device).
+    The block count is rounded up to a multiple of `multiple` (within count and S) with blocks
+    that are not kept, so that steps share a few shapes."""
     b, s = loss_mask.shape
     valid = torch.zeros(b, s, dtype=torch.bool)
     valid[:, :-1] = loss_mask[:, 1:].cpu() > 0
-    n = max(1, min(count, int(valid.sum(dim=1).max())))
+    most = int(valid.sum(dim=1).max())
+    n = max(1, min(count, s, -(-most // multiple) * multiple))
     # random keys for valid positions, 2 for the others: the n smallest are a uniform draw
     keys = torch.where(valid, torch.rand(b, s, generator=generator), torch.full((b, s), 2.0))
     order = keys.argsort(dim=1)[:, :n]

@@ -35,6 +35,12 @@ from engine.speculation.proposers.dflash.training.start import random_start, tar
 
 CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
+# A batch's length and block count are rounded up to these, so that steps come in a few shapes:
+# cuDNN's attention builds a graph for every new shape and keeps it, and with a new length each
+# step (length-matched batches) the H200's profile showed the host 78 ms in each backward call
+# while the device waited. Pads and unkept blocks change no loss or gradient (tests).
+LENGTH_STEP = 256
+ANCHOR_STEP = 64
 
 
 @dataclass
@@ -228,7 +234,7 @@ class Trainer:
         ids, loss_mask = self.padded(batch)
         # drawn (on the host) before the target's pass is queued: reading the mask back then waits
         # for nothing, where after it the host would wait for the whole pass before queueing more
-        blocks = sample_anchors(loss_mask, s.anchors, self.generator)
+        blocks = sample_anchors(loss_mask, s.anchors, self.generator, ANCHOR_STEP)
         blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
         states, final = self._states(batch, ids)
         lr = learning_rate(state.step, self._done(), s.learning_rate, s.warmup_steps)
@@ -301,9 +307,10 @@ class Trainer:
         return self.feature_scale.view(n, -1)[self.drafter.state_order].flatten()
 
     def padded(self, batch: list[Sample]) -> tuple[torch.Tensor, torch.Tensor]:
-        """ids and loss mask [b, S] on the device, each sample cut at max_length and right-padded."""
+        """ids and loss mask [b, S] on the device, each sample cut at max_length and right-padded,
+        S a multiple of LENGTH_STEP."""
         cut = [x.ids[: self.settings.max_length] for x in batch]
-        length = max(len(c) for c in cut)
+        length = -(-max(len(c) for c in cut) // LENGTH_STEP) * LENGTH_STEP
         ids = torch.zeros(len(batch), length, dtype=torch.long)
         loss_mask = torch.zeros(len(batch), length)
         for row, (sample, c) in enumerate(zip(batch, cut, strict=True)):
