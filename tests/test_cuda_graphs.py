@@ -47,6 +47,25 @@ def test_graph_step_equals_eager_step(trio):
         assert torch.equal(x.tokens, y.tokens)
 
 
+@pytest.mark.parametrize("layers", [(0, 1), (1,), (0, 2, 3)])
+def test_the_fused_layers_keep_the_torch_paths_states(trio, layers):
+    """The states a drafter reads, kept by the residual adds of the fused layers (the final norm's
+    for the last layer), are the torch path's residual stream after each tapped layer."""
+    cpu, graphed, _ = trio
+    layers = tuple(i for i in layers if i < cpu.config.num_layers)
+    greedy = SamplingParams()
+    a, b = cpu.new_sequence(), graphed.new_sequence()
+    cpu.state_layers = graphed.state_layers = layers
+    try:
+        for ids in (PROMPT, [3], [4, 5, 6, 7, 8]):
+            x, y = cpu.step(a, ids, greedy), graphed.step(b, ids, greedy)
+            torch.testing.assert_close(y.states.cpu(), x.states, rtol=1e-4, atol=1e-4)
+    finally:
+        cpu.state_layers = graphed.state_layers = ()
+        a.release()
+        b.release()
+
+
 def test_a_chained_run_with_state_taps_keeps_each_tokens_states(trio):
     """A run of plain steps with a DFlash drafter attached: each replay keeps its token's states."""
     _, graphed, eager = trio

@@ -38,13 +38,13 @@ for swap, silu, gdc, ieee in itertools.product((False, True), repeat=4):
 for defer, split in ((True, 3), (False, 2)):
     c = {"HAS_BIAS": False, "BLOCK_N": 64, "BLOCK_K": 128, "EVEN_K": False, "IEEE": False, "SPLIT": split, "SWAP": True, "DEFER": defer, "GDC": True, "SILU": False}
     print("gemm16 split", split, "defer", defer, build(gemv._gemm16, g16, c))
-gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32}
+gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32}
 for prologue, silu, gdc, bias in itertools.product((0, 1), (False, True), (False, True), (False, True)):
     if prologue and silu: continue
-    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu}
+    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu}
     print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
 for gdc in (False, True):
-    print("add_rms_norm", gdc, build(ops._add_rms_norm, {"x_ptr": "*fp32", "res_ptr": bf, "w_ptr": bf, "out_ptr": bf, "n_cols": i32, "part_stride": i32, "eps": f32}, {"HAS_RES": True, "PARTS": 3, "BLOCK": 2048, "GDC": gdc}))
+    print("add_rms_norm", gdc, build(ops._add_rms_norm, {"x_ptr": "*fp32", "res_ptr": bf, "w_ptr": bf, "out_ptr": bf, "tap_ptr": bf, "n_cols": i32, "part_stride": i32, "tap_stride": i32, "eps": f32}, {"HAS_RES": True, "PARTS": 3, "BLOCK": 2048, "TAP": gdc, "GDC": gdc}))
     print("silu_mul", gdc, build(ops._silu_mul, {"gu_ptr": bf, "out_ptr": bf, "n_cols": i32}, {"BLOCK": 1024, "GDC": gdc}))
     print("qk_rope_store", gdc, build(ops._qk_rope_store, {"qkv_ptr": bf, "pos_ptr": "*i64", "inv_freq_ptr": "*fp32", "qw_ptr": bf, "kw_ptr": bf, "q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "rows_ptr": "*i64", "table_stride": i32, "qkv_stride": i32, "eps": f32}, {"H": 12, "KVH": 2, "D": 128, "PS": 16, "QK_NORM": True, "BATCHED": False, "GDC": gdc}, {"num_warps": 1}))
     print("attend_split", gdc, build(attention._attend_split, {"q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "start_ptr": "*i64", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "scale": f32}, {"T": 1, "G": 6, "KVH": 2, "D": 128, "M": 16, "ROWS": 16, "PS": 16, "SPLITS": 64, "CHUNK": 0, "BLOCK_N": 32, "CAUSAL": True, "FP32": False, "GDC": gdc}))

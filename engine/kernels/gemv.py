@@ -45,8 +45,8 @@ PLAIN, NORM = 0, 1  # what the input load computes
 
 
 @triton.jit
-def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
-          PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
+          PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
           SILU: tl.constexpr):
     pid = tl.program_id(0)
@@ -65,6 +65,8 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         if HAS_RES:
             x = (x.to(tl.float32) + tl.load(r_ptr + cols, mask=m, other=0.0).to(tl.float32)).to(x.dtype)
             tl.store(s_ptr + cols, x, mask=m & (pid == 0))
+        if TAP:  # the stream kept for a drafter as well
+            tl.store(t_ptr + cols, x, mask=m & (pid == 0))
         xf = x.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(xf * xf, 0) / K + eps)
         nw = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
@@ -302,7 +304,7 @@ def one_row_on_matrix_units(n: int, k: int, dtype: torch.dtype) -> bool:
 
 
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
-           config=None, invariant=False, silu=False):
+           config=None, invariant=False, silu=False, tap=None):
     """Run the kernel for x's rows into out; config overrides the measured launch settings.
     Prologues only for one row (over 16 rows, folding costs the product more than it saves).
     invariant: one row too goes through the 16-row kernel (see `linear`).
@@ -320,8 +322,9 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
         _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
-            stream if stream is not None else x, weight, b, out, width, k, eps, PROLOGUE=prologue,
-            HAS_RES=residual is not None, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
+            stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
+            PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None, TAP=tap is not None,
+            BLOCK_N=block_n, BLOCK_K=block_k,
             EVEN_K=k % block_k == 0, SILU=silu, num_warps=warps, num_stages=stages, **launch_options(x.device),
         )
     else:
@@ -420,18 +423,19 @@ def folds_norm(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                 weight: torch.Tensor, bias: torch.Tensor | None = None, invariant: bool = False,
-                silu: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                silu: bool = False, tap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x) @ weight.T (+ bias), residual + x). Folded into one kernel, the
     stream is a new tensor (programs read the old one while the first writes the sum); x itself
     when residual is None, the stream's start. Otherwise residual is updated in place.
-    silu: weight is an MLP's [gate; up] and the product SiLU(gate) * up (`linear_silu`)."""
+    silu: weight is an MLP's [gate; up] and the product SiLU(gate) * up (`linear_silu`).
+    tap: a [T, K] view that gets residual + x as well (add_rms_norm's)."""
     if invariant or not folds_norm(x, weight):
-        h, stream = add_rms_norm(x, residual, norm_weight, eps)
+        h, stream = add_rms_norm(x, residual, norm_weight, eps, tap)
         if silu:
             return linear_silu(h, weight, invariant), stream
         return linear(h, weight, bias, invariant), stream
     x = x.contiguous()
     stream = x if residual is None else torch.empty_like(x)
     out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)
-    launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps)
+    launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps, tap=tap)
     return (silu_mul(out) if silu else out), stream

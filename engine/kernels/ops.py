@@ -25,8 +25,9 @@ def wait_for_previous(GDC: tl.constexpr):
 
 
 @triton.jit
-def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, part_stride, eps, HAS_RES: tl.constexpr,
-                  PARTS: tl.constexpr, BLOCK: tl.constexpr, GDC: tl.constexpr):
+def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, tap_ptr, n_cols, part_stride, tap_stride, eps,
+                  HAS_RES: tl.constexpr, PARTS: tl.constexpr, BLOCK: tl.constexpr, TAP: tl.constexpr,
+                  GDC: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -41,6 +42,8 @@ def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, part_stride, eps, HAS_
         r = tl.load(res_ptr + row * n_cols + cols, mask=mask, other=0.0)
         x = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
         tl.store(res_ptr + row * n_cols + cols, x, mask=mask)
+    if TAP:  # the stream kept for a drafter as well
+        tl.store(tap_ptr + row * tap_stride + cols, x, mask=mask)
     xf = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(xf * xf, 0) / n_cols + eps)
     y = (w.to(tl.float32) * (xf * rstd).to(dtype).to(tl.float32)).to(dtype)
@@ -48,12 +51,14 @@ def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, n_cols, part_stride, eps, HAS_
 
 
 def add_rms_norm(
-    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float,
+    tap: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(RMSNorm(residual + x), residual + x); the sum is written into `residual` in place.
     With residual None the stream starts at x: (RMSNorm(x), x). x may be a product's float32
     split partials [S, T, N] (`triton_gemv.linear_parts`): their sum, rounded to the stream's
-    dtype, is added."""
+    dtype, is added. tap: a [T, N] view (rows may be strided) that gets the sum too (the target's
+    states a DFlash drafter reads), with no launch of its own."""
     parts = x.shape[0] if x.dim() == 3 else 1
     t, n = x.shape[-2:]
     assert x.dim() == 2 or residual is not None  # partials are never the stream's start
@@ -63,8 +68,10 @@ def add_rms_norm(
     # more warps keep more of the partials' loads in flight (H200, 16 rows: 3 partials of 2560
     # columns 1.97 us at 32 warps, 2.09 at 16, 2.32 at 8; a whole bf16 row 1.67 at 8 or 16)
     warps = (32 if block >= 4096 else 16) if parts > 1 else 8 if block >= 4096 else 4
-    _add_rms_norm[(t,)](x, res, weight, out, n, t * n, eps, HAS_RES=residual is not None, PARTS=parts,
-                        BLOCK=block, num_warps=warps, **launch_options(x.device))
+    assert tap is None or (tap.shape == (t, n) and tap.stride(1) == 1)
+    _add_rms_norm[(t,)](x, res, weight, out, out if tap is None else tap, n, t * n,
+                        0 if tap is None else tap.stride(0), eps, HAS_RES=residual is not None, PARTS=parts,
+                        BLOCK=block, TAP=tap is not None, num_warps=warps, **launch_options(x.device))
     return out, res
 
 

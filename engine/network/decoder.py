@@ -38,11 +38,13 @@ class RMSNorm(nn.Module):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
 
-    def add_forward(self, x: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Fused (CUDA): (norm(residual + x), residual + x), the sum written into residual."""
+    def add_forward(self, x: torch.Tensor, residual: torch.Tensor | None, tap: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Fused (CUDA): (norm(residual + x), residual + x), the sum written into residual (and
+        into tap, where given)."""
         from engine.kernels.ops import add_rms_norm
 
-        return add_rms_norm(x, residual, self.weight, self.eps)
+        return add_rms_norm(x, residual, self.weight, self.eps, tap)
 
 
 def fast_linear(module: nn.Linear, x: torch.Tensor, invariant: bool = False,
@@ -146,12 +148,14 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, parts: bool = True):
+    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, parts: bool = True,
+                      tap: torch.Tensor | None = None):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
         Returns this layer's MLP output and the stream before it. The outputs of o and down may
         be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the residual add
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
-        the final norm); parts=False asks for the MLP's output whole."""
+        the final norm); parts=False asks for the MLP's output whole. tap: where the stream
+        entering this layer (residual + x) is kept as well, by the add that computes it."""
         from engine.kernels.gemv import linear, linear_parts, norm_linear
         from engine.kernels.ops import silu_mul
         from engine.kernels.overlap import silu_epilogue
@@ -160,7 +164,7 @@ class DecoderLayer(nn.Module):
         invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike
         norm = self.input_layernorm
         qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias,
-                                    invariant)
+                                    invariant, tap=tap)
         x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
         if silu_epilogue():  # SiLU(gate) * up in the gate/up product's epilogue
@@ -226,14 +230,19 @@ class Decoder(nn.Module):
     def fused_forward(self, ids, positions, ctx: StepContext, state_layers: tuple[int, ...] = ()):
         x, residual = self.embed(ids), None
         inv_freq = self.inv_freq(x.device)
-        states = []
+        # The stream after layer i is residual + x, which the next layer's first add computes
+        # (or the final norm's): that kernel writes it into the states as well, in place of an
+        # add and a concatenation of their own between the fused kernels.
+        h = self.config.hidden_size
+        states = x.new_empty((x.shape[0], len(state_layers) * h)) if state_layers else None
+        tapped, tap = sorted(state_layers), None  # kept in layer order, as `forward` keeps them
         for i, layer in enumerate(self.layers):
-            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, parts=i not in state_layers)
-            if i in state_layers:
-                states.append(residual + x)
-        hidden, _ = self.norm.add_forward(x, residual)
+            x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, tap=tap)
+            j = tapped.index(i) if i in tapped else None
+            tap = None if j is None else states[:, j * h : (j + 1) * h]
+        hidden, _ = self.norm.add_forward(x, residual, tap)
         if state_layers:
-            return hidden, torch.cat(states, dim=-1)
+            return hidden, states
         return hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
