@@ -7,7 +7,12 @@ were probes, the policy's own time per choice on this host (choose + record), an
 time of proposals in a run against those after sitting out (a draft model's catch-up). Every
 graph is captured before the clock starts, as the bench now does.
 
-    python bench/gpu/adaptive_steps.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b]
+--conversation: the bench's conversation instead (n-gram k 15 and k auto, proposer auto), turn by
+turn: each turn's decode time, and for each setting where its steps went (plain, each proposer's
+drafting steps and probes, their tokens and seconds), to find what proposer auto pays over
+n-gram k auto on it.
+
+    python bench/gpu/adaptive_steps.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--conversation]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 
 from engine import AUTO, AutoProposer, Generation, ProposerOptions, SamplingParams, load_model, load_proposer
 from engine.speculation.adaptive import AdaptivePolicy
+from specchat.bench.conversation import load_turns
 from specchat.bench.prompts import load_prompts
 
 
@@ -31,19 +37,19 @@ class TimedPolicy(AdaptivePolicy):
 
     def __init__(self, model):
         super().__init__(model)
-        self.seconds: list[float] = []
+        self.host_seconds: list[float] = []  # (the policy's own `seconds` is the reply's, faded)
         self.proposals: list[tuple[int, int, float]] = []  # (tokens behind, k, propose seconds)
 
     def choose(self, proposers, context, limit):
         t0 = time.perf_counter()
         choice = super().choose(proposers, context, limit)
-        self.seconds.append(time.perf_counter() - t0)
+        self.host_seconds.append(time.perf_counter() - t0)
         return choice
 
     def record(self, choice, step, proposers):
         t0 = time.perf_counter()
         super().record(choice, step, proposers)
-        self.seconds[-1] += time.perf_counter() - t0
+        self.host_seconds[-1] += time.perf_counter() - t0
         if step.drafts:
             self.proposals.append((choice.behind, step.k, step.propose_s))
 
@@ -63,7 +69,7 @@ def run(model, ids, sampling, proposer):
 
 
 def report(name, seconds, steps, policy) -> None:
-    policy_s = policy.seconds
+    policy_s = policy.host_seconds
     tokens = sum(len(s.tokens) for s in steps)
     ks = Counter(s.k for s in steps)
     by_length = defaultdict(list)
@@ -98,11 +104,52 @@ def report_catch_ups(proposals) -> None:
                   f"{max(r[2] for r in rows) * 1e3:.2f} |")
 
 
+def spent(steps) -> dict[str, list[float]]:
+    """Steps, tokens and seconds (propose + verify) by who drafted, probes apart."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for s in steps:
+        row = out[s.proposer + (" probe" if s.probe else "")]
+        row[0] += 1
+        row[1] += len(s.tokens)
+        row[2] += s.propose_s + s.verify_s
+    return out
+
+
+def conversation(model, settings, sampling) -> None:
+    """Each setting over the bench's conversation, turn by turn (a warm-up reply first)."""
+    turns = load_turns()
+    times: dict[str, list[float]] = {}
+    for name, make in settings:
+        proposer = make()
+        history = []
+        run(model, model.encode_chat([{"role": "user", "content": turns[0]}]), sampling, proposer)
+        times[name], total = [], defaultdict(lambda: [0, 0, 0.0])
+        for turn in turns:
+            history.append({"role": "user", "content": turn})
+            seconds, steps, _ = run(model, model.encode_chat(history), sampling, proposer)
+            tokens = [t for s in steps for t in s.tokens]
+            history.append({"role": "assistant", "content": model.tokenizer.decode(tokens)})
+            times[name].append(seconds)
+            for who, row in spent(steps).items():
+                total[who] = [a + b for a, b in zip(total[who], row, strict=True)]
+        print(f"\n### {name}: {sum(times[name]):.3f} s over {len(turns)} turns")
+        print("| steps of | steps | tokens | seconds | tokens a ms |")
+        print("|---|---|---|---|---|")
+        for who, (n, t, sec) in sorted(total.items()):
+            print(f"| {who} | {n} | {t} | {sec:.3f} | {t / sec / 1e3:.2f} |")
+    names = list(times)
+    print("\n| turn | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for i in range(len(turns)):
+        print(f"| {i + 1} | " + " | ".join(f"{times[n][i] * 1e3:.1f} ms" for n in names) + " |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--conversation", action="store_true", help="the bench's conversation, turn by turn")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs CUDA")
@@ -112,6 +159,10 @@ def main() -> None:
     settings = [(f"{p.name} k={k}", lambda p=p, k=k: p.make(k)) for p in (ngram, draft) for k in (15, AUTO)]
     settings.append(("auto / auto", lambda: AutoProposer([ngram.make(AUTO), draft.make(AUTO)])))
     sampling = SamplingParams(max_tokens=args.max_new_tokens)
+    if args.conversation:
+        keep = {"ngram k=15", "ngram k=auto", "auto / auto"}
+        conversation(model, [(n, m) for n, m in settings if n in keep], sampling)
+        return
     for prompt in load_prompts(["edit", "explain"]):
         ids = model.encode_chat([{"role": "user", "content": prompt.text}])
         print(f"\n## {prompt.title} (greedy, {args.max_new_tokens} new tokens)")
