@@ -31,14 +31,15 @@ def bench_prompts(args) -> None:
     out = Path(tempfile.mkdtemp())
     for prompt in ("edit", "explain"):
         argv = ["bench", "--model", args.model, "--draft", args.draft, "--prompts", prompt, "--no-peers",
-                "--k", *map(str, KS), "auto", "--repeats", "2", "--warmup", "1",
+                "--k", *map(str, KS), "auto", "--repeats", str(args.repeats), "--warmup", "1",
                 "--max-new-tokens", str(args.max_new_tokens), "--out", str(out / prompt)]
         if specchat(argv) != 0:
             sys.exit(f"bench of {prompt} failed")
     rows = [r for p in ("edit", "explain") for r in json.loads((out / p / "bench.json").read_text())["rows"]]
     print("\n## auto against the best fixed k (same run)\n")
-    print("| prompt | sampling | proposer | best fixed k | its tok/s | auto tok/s | auto / best | same text |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| prompt | sampling | proposer | best fixed k | its tok/s | auto tok/s | auto / best | spread of runs, "
+          "best / auto | same text |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for key in sorted({(r["prompt"], r["sampling"]) for r in rows}):
         here = [r for r in rows if (r["prompt"], r["sampling"]) == key]
         best_any = max((r for r in here if r["k"] != AUTO and r["method"] != "plain"), key=lambda r: r["tok_s"])
@@ -50,7 +51,14 @@ def bench_prompts(args) -> None:
                 continue
             who = f"{best['method']} k={best['k']}"
             print(f"| {key[0]} | {key[1]} | {method} | {who} | {best['tok_s']:.1f} | {auto['tok_s']:.1f} | "
-                  f"{auto['tok_s'] / best['tok_s']:.3f} | {auto['same_text']} |")
+                  f"{auto['tok_s'] / best['tok_s']:.3f} | {spread(best):.0%} / {spread(auto):.0%} | "
+                  f"{auto['same_text']} |")
+
+
+def spread(row: dict) -> float:
+    """How far a row's runs lie apart: (fastest - slowest) / median speed."""
+    rates = sorted(row["tok_s_runs"])
+    return (rates[-1] - rates[0]) / rates[len(rates) // 2]
 
 
 def conversation(args) -> None:
@@ -94,6 +102,7 @@ if __name__ == "__main__":
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
     p.add_argument("--draft", default="qwen2.5-coder-0.5b")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=4, help="timed runs of each bench row (the median is kept)")
     p.add_argument("--part", choices=["prompts", "conversation", "both"], default="both")
     a = p.parse_args()
     if not torch.cuda.is_available():

@@ -192,7 +192,7 @@ def row(job: Job, runs: list[Run]) -> dict:
     tokens = runs[-1].tokens
     decode_s = statistics.median(r.decode_s for r in runs)
     decode_tokens = len(tokens) - 1
-    tok_s = statistics.median((len(r.tokens) - 1) / r.decode_s if r.decode_s > 0 else 0.0 for r in runs)
+    rates = [(len(r.tokens) - 1) / r.decode_s if r.decode_s > 0 else 0.0 for r in runs]
     out = {
         "engine": job.engine,
         "prompt": job.case.prompt.name,
@@ -205,7 +205,8 @@ def row(job: Job, runs: list[Run]) -> dict:
         "decode_tokens": decode_tokens,
         "decode_s": decode_s,
         "decode_s_runs": [r.decode_s for r in runs],
-        "tok_s": tok_s,
+        "tok_s_runs": rates,
+        "tok_s": statistics.median(rates),
         "prefill_ms": 1000 * statistics.median(r.prefill_s for r in runs),
         "draft_prefill_ms": 1000 * statistics.median(r.draft_prefill_s for r in runs),
         "repeats_agree": all(r.tokens == tokens for r in runs),
