@@ -25,6 +25,11 @@ bit. It pays only where the matrix is small (measured on the H200: 1.5B's q/k/v 
 5.1 us apart; larger matrices and SiLU folded into down lose, the recomputation costs more than
 a launch), so `norm_linear` folds there and runs two kernels elsewhere.
 
+An MLP's gate/up product can end in SiLU(gate) * up (`linear_silu`): each program's weight rows
+pair a gate row with its up row, so its sums are the plain product's and the epilogue writes the
+activation, half as wide. Both kernels can launch dependently (engine/kernels/overlap.py): the
+GEMV loads its first weight tile before it waits on the kernel before it.
+
 Both kernels accumulate in float32 and round once, as cuBLAS does; float32 weights multiply in
 IEEE float32 (no TF32), so a float32 model stays exact enough for token-for-token tests. They
 are not batch-invariant: a row's bf16 result can differ in the last bit between the one-row
