@@ -46,6 +46,7 @@ _ROOMS = {
     "profile_steps": ("engine.profile", "profile_steps"),
     "dependent_launch": ("engine.kernels.overlap", "dependent_launch"),
     "silu_epilogue": ("engine.kernels.overlap", "silu_epilogue"),
+    "decode_parts": ("engine.kernels.overlap", "decode_parts"),
     "Model": ("engine.runtime.model", "Model"),
     "random_model": ("engine.runtime.model", "random_model"),
     "SamplingParams": ("engine.runtime.sampling", "SamplingParams"),

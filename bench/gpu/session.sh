@@ -16,9 +16,10 @@
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
-#   pdl      the step bench with dependent launch (SPECCHAT_PDL) and SiLU in the gate/up epilogue
-#            (SPECCHAT_SILU_EPILOGUE) off and on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the
-#            Coder-1.5B's real weights, Qwen3-4B shape
+#   pdl      the step bench with dependent launch (SPECCHAT_PDL), SiLU in the gate/up epilogue
+#            (SPECCHAT_SILU_EPILOGUE) and decode steps' split partials (SPECCHAT_DECODE_PARTS) off and
+#            on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B
+#            shape (SHAPES, SETTINGS="pdl,silu,parts ..." choose)
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -66,11 +67,11 @@ pdl)
   for round in $(seq 1 "${ROUNDS:-1}"); do
     for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
       shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
-      for setting in ${SETTINGS:-0,0 1,0 0,1 1,1}; do  # dependent launch, SiLU epilogue
-        pdl=${setting%,*}; silu=${setting#*,}
-        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu timeout 100 python3 -m specchat bench steps $shape $opts \
-          --json "$OUT/pdl$pdl-silu$silu-$tag-$round.json" 2>&1 | grep -E "^ *1024 |kernels\)" \
-          | sed "s/^/pdl=$pdl silu=$silu $tag: /"
+      for setting in ${SETTINGS:-0,0,0 1,1,0 1,1,1}; do  # dependent launch, SiLU epilogue, decode partials
+        IFS=, read -r pdl silu parts <<< "$setting"
+        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_DECODE_PARTS=${parts:-0} timeout 100 \
+          python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-parts${parts:-0}-$tag-$round.json" \
+          2>&1 | grep -E "^ *1024 |kernels\)" | sed "s/^/pdl=$pdl silu=$silu parts=${parts:-0} $tag: /"
       done
     done
   done

@@ -9,6 +9,7 @@ import torch
 
 from engine import (
     EngineError,
+    decode_parts,
     dependent_launch,
     load_model,
     preset,
@@ -36,6 +37,8 @@ def bench_steps(args) -> int:
         name += ", dependent launch"
     if silu_epilogue():
         name += ", SiLU in the gate/up epilogue"
+    if decode_parts():
+        name += ", decode steps' split partials"
     result = profile_steps(model, name, args.contexts, args.lengths, args.repeats,
                            eager=not args.no_eager, transformers=not args.no_transformers)
     print_report(result)
