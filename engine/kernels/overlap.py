@@ -42,6 +42,10 @@ import torch
 def _supported(index: int) -> bool:
     if os.environ.get("SPECCHAT_PDL", "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
+    try:  # Triton 3.3 and later launch dependently; an older one would refuse the option
+        from triton.language.extra.cuda import gdc_wait  # noqa: F401
+    except ImportError:
+        return False
     return torch.cuda.get_device_capability(index)[0] >= 9
 
 
