@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from engine.errors import EngineError
+from engine.loading.gguf_header import GGUFHeader
 from engine.loading.tokenizer import load_tokenizer
 from engine.network.config import ModelConfig
 
@@ -57,26 +58,22 @@ def read_gguf(
     return config, tensors, load_tokenizer(path.parent, gguf_file=path.name)
 
 
-def open_gguf(path: Path):
-    """A GGUFReader, or one EngineError line for a missing, foreign, truncated or corrupt file."""
-    from gguf import GGUFReader  # not on every GPU host: only for GGUF files
-
+def open_gguf(path: Path) -> GGUFHeader:
+    """The file's header (metadata and tensor table, gguf_header.py), or one EngineError line for
+    a missing, foreign, truncated or corrupt file."""
     if not path.is_file():
         raise EngineError(f"no GGUF file at {path}")
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise EngineError(f"{path} is not a GGUF file (it does not start with the GGUF magic)")
     try:
-        return GGUFReader(path)
-    except Exception as err:  # noqa: BLE001 (the reader fails in many ways on a cut file: one line for all)
+        return GGUFHeader(path)
+    except Exception as err:  # noqa: BLE001 (a cut file fails in many ways: one line for all)
         raise EngineError(f"{path} is truncated or corrupt: {type(err).__name__}: {err}") from None
 
 
-def field(reader, key: str, default=None):
-    f = reader.get_field(key)
-    if f is None:
-        return default
-    return f.contents()
+def field(reader: GGUFHeader, key: str, default=None):
+    return reader.get(key, default)
 
 
 def gguf_config(reader, path: Path) -> ModelConfig:
