@@ -61,7 +61,7 @@ def test_dependent_launch_leaves_every_steps_logits_bit_for_bit(hopper, plain, m
     base, expected = plain
     monkeypatch.setattr(overlap, "dependent_launch", lambda device: device.type == "cuda")
     monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
-    assert overlap.launch_options(torch.device("cuda")) == {"GDC": True, "launch_pdl": True}
+    assert overlap.launch_options(torch.device("cuda"), 16) == {"GDC": True, "launch_pdl": True}
     for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert torch.equal(a, b)
 

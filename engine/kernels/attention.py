@@ -187,11 +187,11 @@ def paged_decode_attention(
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
         CAUSAL=causal, FP32=fp32, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
-        num_stages=stages or (2 if m > 16 else 3), **launch_options(q.device),
+        num_stages=stages or (2 if m > 16 else 3), **launch_options(q.device, t),
     )
     out = torch.empty_like(q)
     _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4,
-                                **launch_options(q.device))
+                                **launch_options(q.device, t))
     return out
 
 

@@ -343,7 +343,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
             stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
             block_k, PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
             TAP=tap is not None, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=silu,
-            DEFER=defer, num_warps=warps, num_stages=stages, **launch_options(x.device),
+            DEFER=defer, num_warps=warps, num_stages=stages, **launch_options(x.device, t),
         )
     else:
         assert prologue == PLAIN
@@ -364,7 +364,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
                                 EVEN_K=k % block_k == 0, IEEE=x.dtype == torch.float32,
                                 SPLIT=split, SWAP=swap, DEFER=defer, SILU=silu, num_warps=warps,
-                                num_stages=stages, **launch_options(x.device))
+                                num_stages=stages, **launch_options(x.device, t))
     return out
 
 
