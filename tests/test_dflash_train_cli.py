@@ -14,6 +14,8 @@ from engine.speculation.proposers.dflash.training.data import build_prompts
 from engine.speculation.proposers.dflash.training.sources import (
     BENCH_MODULES,
     HELD_OUT_MODULES,
+    LONG_MAX_CHARS,
+    MAX_LINES,
     CodeUnit,
     top_module,
 )
@@ -41,6 +43,17 @@ def test_no_package_fills_the_training_prompts():
     assert max(packages.values()) <= 6  # 4 % of 150, rounded up to a file's three units
     assert len(packages) >= 30
     assert all(line["root"] for line in lines)  # the data card names where the code was read
+
+
+def test_some_training_prompts_hold_long_code_as_pasted_files_do():
+    """A share of the prompts carries more than MAX_LINES lines (a long class or function, or a
+    run of a module's definitions), none over LONG_MAX_CHARS, so a drafter trains at positions as
+    deep into a context as a pasted file puts them."""
+    lines = build_prompts(150, seed=2)
+    code = [line["messages"][0]["content"].split("```python\n")[1].split("\n```")[0] for line in lines]
+    long = [c for c in code if len(c.splitlines()) > MAX_LINES]
+    assert 0.15 <= len(long) / len(code) <= 0.5
+    assert max(len(c) for c in code) <= LONG_MAX_CHARS
 
 
 def test_a_fix_task_shows_code_with_one_change():

@@ -28,6 +28,7 @@ from engine.speculation.proposers.dflash.training.tasks import make_task
 from engine.speculation.proposers.dflash.training.trainer import Sample
 
 UNITS_PER_FILE = 3  # spread the prompts over many files rather than the longest ones
+LONG_SHARE = 0.4  # of a file's units taken, about this share long ones (sources.LONG_MAX_LINES) where it has them
 PACKAGE_SHARE = 0.04  # no top-level package (say the codecs of `encodings`) gives more of the prompts
 
 
@@ -42,8 +43,7 @@ def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dic
         package = (source, top_module(module))
         if per_package[package] >= max(UNITS_PER_FILE, count * PACKAGE_SHARE):
             continue
-        units = code_units(source, module, path)
-        for unit in rng.sample(units, min(UNITS_PER_FILE, len(units))):
+        for unit in pick_units(code_units(source, module, path), rng):
             per_package[package] += 1
             kind, message = make_task(unit, rng)
             prefix = "eval" if held_out else "train"
@@ -53,6 +53,20 @@ def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dic
             if len(lines) == count:
                 return lines
     return lines
+
+
+def pick_units(units: list, rng: random.Random) -> list:
+    """Up to UNITS_PER_FILE of a file's units, each slot a long one with chance LONG_SHARE where
+    the file has long ones left, a short one otherwise (or whatever is left)."""
+    pools = [[u for u in units if not u.long], [u for u in units if u.long]]
+    for pool in pools:
+        rng.shuffle(pool)
+    picked = []
+    for _ in range(min(UNITS_PER_FILE, len(units))):
+        want = 1 if rng.random() < LONG_SHARE else 0
+        pool = pools[want] if pools[want] else pools[1 - want]
+        picked.append(pool.pop())
+    return picked
 
 
 def interleaved(files: list[tuple[str, str, Path]], rng: random.Random) -> list[tuple[str, str, Path]]:

@@ -17,6 +17,11 @@ HELD_OUT_MODULES = ("difflib", "heapq", "fractions", "shlex", "calendar", "stati
 SKIPPED_FOLDERS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__",
                    "turtledemo", "ensurepip", "pydoc_data", "vendor", "_vendor"}
 MIN_LINES, MAX_LINES = 6, 80
+# Longer units (a whole class, a long function: what people paste as well), up to what leaves a
+# reply room in a training sample of 2,048 tokens (some 1,400 tokens of code). Without them every
+# training context was a few hundred tokens, and a drafter never learnt to read positions as far
+# into a context as a pasted file puts them.
+LONG_MAX_LINES, LONG_MAX_CHARS = 400, 5000
 
 
 @dataclass
@@ -27,6 +32,10 @@ class CodeUnit:
     kind: str  # "function" or "class"
     code: str
     arguments: list[str]  # a function's parameters (a class's: none)
+
+    @property
+    def long(self) -> bool:
+        return len(self.code.splitlines()) > MAX_LINES
 
 
 def roots() -> list[tuple[str, Path]]:
@@ -80,23 +89,41 @@ def source_files(held_out: bool = False) -> list[tuple[str, str, Path]]:
 
 
 def code_units(source: str, module: str, path: Path) -> list[CodeUnit]:
-    """The file's top-level functions and classes of MIN_LINES..MAX_LINES lines."""
+    """The file's top-level functions and classes of MIN_LINES..MAX_LINES lines, and the longer
+    ones up to LONG_MAX_LINES lines and LONG_MAX_CHARS characters (`CodeUnit.long`)."""
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return []
     units = []
-    for node in tree.body:
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    for node in defs:
         lines = node.end_lineno - node.lineno + 1
-        if not MIN_LINES <= lines <= MAX_LINES:
+        if not MIN_LINES <= lines <= LONG_MAX_LINES:
             continue
         code = ast.get_source_segment(text, node)
-        if code is None:
+        if code is None or (lines > MAX_LINES and len(code) > LONG_MAX_CHARS):
             continue
         is_class = isinstance(node, ast.ClassDef)
         arguments = [] if is_class else [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
         units.append(CodeUnit(module, source, node.name, "class" if is_class else "function", code, arguments))
-    return units
+    return units + windows(text, defs, source, module)
+
+
+def windows(text: str, defs: list[ast.stmt], source: str, module: str) -> list[CodeUnit]:
+    """Runs of consecutive top-level definitions, as a file's lines from the first one's start to
+    the last one's end, of more than MAX_LINES lines and at most LONG_MAX_CHARS characters: a part
+    of a module, as people paste one. They do not overlap."""
+    lines = text.splitlines()
+    out, start = [], 0
+    while start < len(defs):
+        end = start
+        while end + 1 < len(defs) and len("\n".join(lines[defs[start].lineno - 1 : defs[end + 1].end_lineno]))\
+                <= LONG_MAX_CHARS:
+            end += 1
+        code = "\n".join(lines[defs[start].lineno - 1 : defs[end].end_lineno])
+        if end > start and MAX_LINES < code.count("\n") + 1 and len(code) <= LONG_MAX_CHARS:
+            out.append(CodeUnit(module, source, defs[start].name, "code", code, []))
+        start = end + 1
+    return out
