@@ -234,8 +234,8 @@ class Decoder(nn.Module):
         # (or the final norm's): that kernel writes it into the states as well, in place of an
         # add and a concatenation of their own between the fused kernels.
         h = self.config.hidden_size
-        states = x.new_empty((x.shape[0], len(state_layers) * h)) if state_layers else None
-        tapped, tap = sorted(state_layers), None  # kept in layer order, as `forward` keeps them
+        tapped, tap = sorted(set(state_layers)), None  # each once, in layer order, as `forward` keeps them
+        states = x.new_empty((x.shape[0], len(tapped) * h)) if tapped else None
         for i, layer in enumerate(self.layers):
             x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, tap=tap)
             j = tapped.index(i) if i in tapped else None
