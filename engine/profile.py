@@ -6,7 +6,7 @@ median device time of the graph-captured step of 1, 2, 4, 8 and 16 tokens, the w
 from the host (inputs in, sampled ids out), the eager step, and transformers' eager forward of
 the same weights with a KV cache. Beside them, measured in the same run: the floor (weight
 bytes over the device's copy bandwidth), cuBLAS's linear layers alone replayed as one graph,
-and where the time of a graph step goes (profiled kernels by kind, and the gaps between them).
+a chain of 15 one-token steps (a draft model's proposal), and where the time of a graph step goes (profiled kernels by kind, and the gaps between them).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from engine.runtime.model import Model
 from engine.runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams()
+CHAIN = 15  # one-token steps of a chain: a draft model's longest proposal
 KINDS = {  # kernel name fragments -> part of a step
     "attention": ("_attend_split", "_merge_splits"),
     "norm/rope/act": ("_add_rms_norm", "_silu_mul", "_qk_rope_store"),
@@ -50,6 +51,7 @@ def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[in
         eager_model.pool.v.normal_()
         result["eager"] = time_eager(eager_model, contexts, [1, max(lengths)], max(5, repeats // 5))
         del eager_model
+    result["chain_ms"] = {CHAIN: chain_ms(model, contexts[0], CHAIN, max(5, repeats // 5))}
     result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
     result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
     if transformers:
@@ -131,6 +133,23 @@ def time_steps(model: Model, contexts, lengths, repeats: int) -> dict:
         graph = model.graphs.last
         rows[key] = {"graph_ms": median_ms(graph.replay, repeats), "host_ms": host_ms(step, repeats)}
     return rows
+
+
+def chain_ms(model: Model, context: int, n: int, repeats: int) -> float:
+    """Device time of n chained one-token steps at `context`, each fed the token the one before
+    sampled: what a draft model's proposal of n drafts costs (host enqueueing included)."""
+    seq = model.new_sequence()
+    seq.append(context)
+    first = torch.tensor([3], device=model.device)
+
+    def chain():
+        model.chain(seq, first, n, GREEDY)
+        seq.truncate(context)
+
+    try:
+        return median_ms(chain, repeats)
+    finally:
+        seq.release()
 
 
 def time_eager(model: Model, contexts, lengths, repeats: int) -> dict:

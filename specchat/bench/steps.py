@@ -64,6 +64,8 @@ def print_report(r: dict) -> None:
         line += f" {eager:9.3f}" if eager else f" {'':>9}"
         line += f" {hf:15.2f} {hf / floor:7.1f}" if hf else ""
         print(line)
+    for n, ms in r.get("chain_ms", {}).items():
+        print(f"chain of {n} one-token steps (a draft model's proposal of {n}): {ms:.3f} ms")
     for t, ms in r["linears_ms"].items():
         print(f"cuBLAS linears alone, one graph, {t} token(s): {ms:.3f} ms = {ms / floor:.2f}x floor")
     for t, p in r["parts"].items():
