@@ -6,7 +6,8 @@ median device time of the graph-captured step of 1, 2, 4, 8 and 16 tokens, the w
 from the host (inputs in, sampled ids out), the eager step, and transformers' eager forward of
 the same weights with a KV cache. Beside them, measured in the same run: the floor (weight
 bytes over the device's copy bandwidth), cuBLAS's linear layers alone replayed as one graph,
-a chain of 15 one-token steps (a draft model's proposal), and where the time of a graph step goes (profiled kernels by kind, and the gaps between them).
+a chain of 15 one-token steps (a draft model's proposal), a DFlash drafter's pass, and where the
+time of a graph step goes (profiled kernels by kind, and the gaps between them).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[in
         result["eager"] = time_eager(eager_model, contexts, [1, max(lengths)], max(5, repeats // 5))
         del eager_model
     result["chain_ms"] = {CHAIN: chain_ms(model, contexts[0], CHAIN, max(5, repeats // 5))}
+    result["drafter_pass_ms"] = drafter_pass_ms(model, contexts[0], max(5, repeats // 5))
     result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
     result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
     if transformers:
@@ -150,6 +152,31 @@ def chain_ms(model: Model, context: int, n: int, repeats: int) -> float:
         return median_ms(chain, repeats)
     finally:
         seq.release()
+
+
+def drafter_pass_ms(model: Model, context: int, repeats: int) -> float:
+    """Device time of a DFlash drafter's pass for this model (random weights, the default drafter
+    shape), `context` tokens into a reply: the proposal of a whole block, the one new token's
+    states taken in first, as each drafting step does."""
+    from engine.speculation.proposers.spec import ProposerOptions
+    from engine.speculation.registry import load_proposer
+
+    proposer = load_proposer("dflash", model, ProposerOptions({"dflash": "random"})).make()
+    proposer.attach(model, GREEDY)
+    try:
+        width = len(model.state_layers) * model.config.hidden_size
+        ids = [3] * context
+        proposer.reset(ids, torch.randn(context - 1, width, device=model.device, dtype=model.dtype))
+        one = torch.randn(1, width, device=model.device, dtype=model.dtype)
+
+        def drafter_pass():
+            ids.append(3)
+            proposer.observe(ids, one)
+            proposer.propose(ids, proposer.max_k)
+
+        return median_ms(drafter_pass, repeats)
+    finally:
+        proposer.detach(model)
 
 
 def time_eager(model: Model, contexts, lengths, repeats: int) -> dict:

@@ -71,7 +71,7 @@ pdl)
         IFS=, read -r pdl silu parts <<< "$setting"
         SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_DECODE_PARTS=${parts:-0} timeout 100 \
           python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-parts${parts:-0}-$tag-$round.json" \
-          2>&1 | grep -E "^ *1024 |kernels\)|^chain " | sed "s/^/pdl=$pdl silu=$silu parts=${parts:-0} $tag: /"
+          2>&1 | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" | sed "s/^/pdl=$pdl silu=$silu parts=${parts:-0} $tag: /"
       done
     done
   done
