@@ -36,7 +36,7 @@ KINDS = {  # kernel name fragments -> part of a step
 
 
 def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[int], repeats: int,
-                  eager: bool = True, transformers: bool = True) -> dict:
+                  eager: bool = True, transformers: bool = True, drafter: bool = False) -> dict:
     """Every figure of the step bench for `model` (on CUDA, with room for max(contexts) + 64 tokens)."""
     room = max(contexts) + 64
     for cache in (model.pool.k, model.pool.v):
@@ -53,7 +53,8 @@ def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[in
         result["eager"] = time_eager(eager_model, contexts, [1, max(lengths)], max(5, repeats // 5))
         del eager_model
     result["chain_ms"] = {CHAIN: chain_ms(model, contexts[0], CHAIN, max(5, repeats // 5))}
-    result["drafter_pass_ms"] = drafter_pass_ms(model, contexts[0], max(5, repeats // 5))
+    if drafter:  # (a random drafter is made on the CPU and written out first: seconds for a 4B's)
+        result["drafter_pass_ms"] = drafter_pass_ms(model, contexts[0], max(5, repeats // 5))
     result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
     result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
     if transformers:

@@ -40,7 +40,8 @@ def bench_steps(args) -> int:
     if decode_parts():
         name += ", decode steps' split partials"
     result = profile_steps(model, name, args.contexts, args.lengths, args.repeats,
-                           eager=not args.no_eager, transformers=not args.no_transformers)
+                           eager=not args.no_eager, transformers=not args.no_transformers,
+                           drafter=args.drafter_pass)
     print_report(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
