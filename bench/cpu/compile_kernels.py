@@ -41,7 +41,7 @@ for swap, silu, gdc, ieee in itertools.product((False, True), repeat=4):
 for defer, split in ((True, 3), (False, 2)):
     c = {"HAS_BIAS": False, "BLOCK_N": 64, "BLOCK_K": 128, "EVEN_K": False, "IEEE": False, "SPLIT": split, "SWAP": True, "DEFER": defer, "GDC": True, "SILU": False}
     print("gemm16 split", split, "defer", defer, build(gemv._gemm16, g16, c))
-gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32, "k_split": i32}
+gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32}
 for prologue, silu, gdc, bias, defer in itertools.product((0, 1), (False, True), (False, True), (False, True),
                                                           (False, True)):
     if (prologue and (silu or defer)) or (silu and defer):

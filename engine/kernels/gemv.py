@@ -51,7 +51,7 @@ PLAIN, NORM = 0, 1  # what the input load computes
 
 
 @triton.jit
-def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps, k_split,
+def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
           SILU: tl.constexpr, DEFER: tl.constexpr):
@@ -80,9 +80,9 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps, 
         y = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        if DEFER:  # this program's split of K (a whole number of tiles), its sums left as they are
-            k_begin = tl.program_id(1) * k_split
-            k_end = tl.minimum(k_begin + k_split, K)
+        if DEFER:  # this program's split of K (one tile), its sums left as they are
+            k_begin = tl.program_id(1) * BLOCK_K
+            k_end = tl.minimum(k_begin + BLOCK_K, K)
         else:
             k_begin = 0
             k_end = K
@@ -341,7 +341,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
         _gemv[(triton.cdiv(n, block_n), out.shape[0] if defer else 1)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
             stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
-            block_k, PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
+            PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
             TAP=tap is not None, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=silu,
             DEFER=defer, num_warps=warps, num_stages=stages, **launch_options(x.device, t),
         )

@@ -16,8 +16,9 @@ is then a no-op, so a mix is safe: what matters is that no kernel launched depen
 activations before its wait.
 
 It is on where the device supports it (compute capability 9 or later, not under Triton's
-interpreter); SPECCHAT_PDL=0 turns it off, SPECCHAT_PDL=decode keeps it to one-token steps. Measured on the H200 (bench/RESULTS.md, seventh run):
-a decode step of the Qwen2.5-0.5B shape 0.769 -> 0.619 ms, the 1.5B's 1.398 -> 1.352.
+interpreter); SPECCHAT_PDL=0 turns it off, SPECCHAT_PDL=decode keeps it to one-token steps.
+Measured on the H200 (bench/RESULTS.md, seventh run): a decode step of the Qwen2.5-0.5B shape
+0.769 -> 0.619 ms, the 1.5B's 1.398 -> 1.352.
 
 The same goes for the other way to take launches out of a step, `silu_epilogue`: the MLP's
 SiLU(gate) * up computed in the gate/up product's epilogue (gemv.linear_silu) rather than by a
@@ -74,3 +75,10 @@ def silu_epilogue() -> bool:
 def decode_parts() -> bool:
     """Whether one-row products of narrow matrices leave split partials (gemv.linear_parts)."""
     return os.environ.get("SPECCHAT_DECODE_PARTS", "0") == "1"
+
+
+def launch_label(device: torch.device) -> str:
+    """Which of the three are on, for a benchmark's title ("" where none is)."""
+    on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
+          (decode_parts(), "decode steps' split partials")]
+    return "".join(f", {what}" for yes, what in on if yes)

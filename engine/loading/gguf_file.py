@@ -72,20 +72,16 @@ def open_gguf(path: Path) -> GGUFHeader:
         raise EngineError(f"{path} is truncated or corrupt: {type(err).__name__}: {err}") from None
 
 
-def field(reader: GGUFHeader, key: str, default=None):
-    return reader.get(key, default)
-
-
 def gguf_config(reader, path: Path) -> ModelConfig:
     """ModelConfig from the `{arch}.*` metadata; presence of tensors decides bias, q/k norm and tying."""
-    arch = field(reader, "general.architecture")
+    arch = reader.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise EngineError(
             f"unsupported architecture {arch!r} in {path.name}: specchat runs {', '.join(ARCHITECTURES)}"
         )
 
     def meta(key: str, default=None):
-        value = field(reader, f"{arch}.{key}", default)
+        value = reader.get(f"{arch}.{key}", default)
         if value is None:
             raise EngineError(f"{path.name} lacks the metadata key {arch}.{key}")
         return value
@@ -93,14 +89,14 @@ def gguf_config(reader, path: Path) -> ModelConfig:
     names = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in names:
         raise EngineError(f"{path.name} has no token_embd.weight tensor")
-    scaling = field(reader, f"{arch}.rope.scaling.type", "none")
+    scaling = reader.get(f"{arch}.rope.scaling.type", "none")
     if scaling != "none" or "rope_freqs.weight" in names:
         raise EngineError(f"{path.name} uses RoPE scaling ({scaling}): only plain RoPE is implemented")
     heads, hidden = int(meta("attention.head_count")), int(meta("embedding_length"))
     head_dim = int(meta("attention.key_length", hidden // heads))
     if int(meta("rope.dimension_count", head_dim)) != head_dim:
         raise EngineError(f"{path.name} rotates part of each head: only full-head RoPE is implemented")
-    eos = field(reader, "tokenizer.ggml.eos_token_id")
+    eos = reader.get("tokenizer.ggml.eos_token_id")
     return ModelConfig(
         model_type=arch,
         vocab_size=int(names["token_embd.weight"].shape[-1]),  # GGUF lists dimensions innermost first
@@ -116,7 +112,7 @@ def gguf_config(reader, path: Path) -> ModelConfig:
         tie_word_embeddings="output.weight" not in names,
         qkv_bias="blk.0.attn_q.bias" in names,
         qk_norm="blk.0.attn_q_norm.weight" in names,
-        bos_token_id=field(reader, "tokenizer.ggml.bos_token_id"),
+        bos_token_id=reader.get("tokenizer.ggml.bos_token_id"),
         eos_token_ids=[] if eos is None else [int(eos)],
     )
 

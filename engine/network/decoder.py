@@ -148,15 +148,14 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, parts: bool = True,
-                      tap: torch.Tensor | None = None):
+    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, tap: torch.Tensor | None = None):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
         Returns this layer's MLP output and the stream before it. The outputs of o and down may
         be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the residual add
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
-        the final norm); parts=False asks for the MLP's output whole. tap: where the stream
-        entering this layer (residual + x) is kept as well, by the add that computes it."""
-        from engine.kernels.gemv import linear, linear_parts, norm_linear
+        the final norm). tap: where the stream entering this layer (residual + x) is kept as well,
+        by the add that computes it."""
+        from engine.kernels.gemv import linear_parts, norm_linear
         from engine.kernels.ops import silu_mul
         from engine.kernels.overlap import silu_epilogue
 
@@ -167,15 +166,11 @@ class DecoderLayer(nn.Module):
                                     invariant, tap=tap)
         x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
-        if silu_epilogue():  # SiLU(gate) * up in the gate/up product's epilogue
-            act, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
-                                        invariant, silu=True)
-        else:
-            gate_up, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None,
-                                            invariant)
-            act = silu_mul(gate_up)
-        down = linear_parts if parts else linear
-        return down(act, mlp.down_proj.weight, None, invariant), residual
+        fused = silu_epilogue()  # SiLU(gate) * up in the gate/up product's epilogue
+        act, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None, invariant,
+                                    silu=fused)
+        act = act if fused else silu_mul(act)
+        return linear_parts(act, mlp.down_proj.weight, None, invariant), residual
 
 
 class Decoder(nn.Module):

@@ -7,16 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine import (
-    EngineError,
-    decode_parts,
-    dependent_launch,
-    load_model,
-    preset,
-    profile_steps,
-    random_model,
-    silu_epilogue,
-)
+from engine import EngineError, launch_label, load_model, preset, profile_steps, random_model
 
 
 def bench_steps(args) -> int:
@@ -33,12 +24,7 @@ def bench_steps(args) -> int:
         name = f"{model.name} (bf16)"
     if args.batch_invariant:
         name += ", batch-invariant steps"
-    if dependent_launch(torch.device("cuda")):
-        name += ", dependent launch"
-    if silu_epilogue():
-        name += ", SiLU in the gate/up epilogue"
-    if decode_parts():
-        name += ", decode steps' split partials"
+    name += launch_label(torch.device("cuda"))
     result = profile_steps(model, name, args.contexts, args.lengths, args.repeats,
                            eager=not args.no_eager, transformers=not args.no_transformers,
                            drafter=args.drafter_pass)

@@ -123,7 +123,7 @@ def windows(text: str, defs: list[ast.stmt], source: str, module: str) -> list[C
                 <= LONG_MAX_CHARS:
             end += 1
         code = "\n".join(lines[defs[start].lineno - 1 : defs[end].end_lineno])
-        if end > start and MAX_LINES < code.count("\n") + 1 and len(code) <= LONG_MAX_CHARS:
+        if end > start and code.count("\n") + 1 > MAX_LINES:
             out.append(CodeUnit(module, source, defs[start].name, "code", code, []))
         start = end + 1
     return out
