@@ -6,14 +6,16 @@
 #   specchat dflash-prompts --out bench/dflash-data/prompts.jsonl --count 4000
 #   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
 # One subcommand per call:
+#   stage                  the carried prompts, and any carried replies (*.jsonl.gz; short/: an earlier
+#                          prompt set with its replies, ids renamed short-N) into /root/stage/data
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
-#   data-carried           the replies of an earlier `data`, carried in bench/dflash-data/*.jsonl.gz
 #   profile                where a training step's time goes (2 layers; batch 8, 16, 32, or
 #                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume.
+#                          Both prompt sets' replies when short/ was staged (NO_SHORT=1: the new set only).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
@@ -28,12 +30,25 @@ if [ -d /root/stage/whl ]; then
 fi
 export PYTHONPATH=/tmp/site:.
 name=qwen2.5-coder-1.5b
-DATA=/root/stage/data
+DATA=${DATA:-/root/stage/data}
 drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
 case "$1" in
+stage)
+  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
+  for f in greedy sampled; do
+    [ -f bench/dflash-data/$f.jsonl.gz ] && gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl
+  done
+  if [ -d bench/dflash-data/short ]; then  # two prompt sets number their ids alike
+    sed 's/"id": "train-/"id": "short-/' bench/dflash-data/short/prompts.jsonl > $DATA/short-prompts.jsonl
+    for f in greedy sampled; do
+      gunzip -c bench/dflash-data/short/$f.jsonl.gz | sed 's/"id": "train-/"id": "short-/' > $DATA/short-$f.jsonl
+    done
+  fi
+  wc -l $DATA/*.jsonl
+  ;;
 data)
   seconds=${2:-200}
-  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
+  [ -f $DATA/prompts.jsonl ] || { mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/; }
   SECONDS=0
   timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/prompts.jsonl \
     --out $DATA/greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
@@ -44,11 +59,6 @@ data)
     --seed 1 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
   echo "sampled: $(wc -l < $DATA/sampled.jsonl) replies in $SECONDS s"
   gzip -c $DATA/greedy.jsonl > "$OUT/greedy.jsonl.gz"; gzip -c $DATA/sampled.jsonl > "$OUT/sampled.jsonl.gz"
-  ;;
-data-carried)
-  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
-  for f in greedy sampled; do gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl; done
-  wc -l $DATA/*.jsonl
   ;;
 profile)
   for batch in ${BATCHES:-8 16 32}; do
@@ -61,8 +71,13 @@ train)
   layers=${2:-2}; minutes=${3:-9}; batch=${4:-16}; lr=${5:-6e-4}
   dir=$(drafter "$layers")
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
+  prompts=$DATA/prompts.jsonl; replies=$(ls $DATA/greedy.jsonl $DATA/sampled.jsonl 2>/dev/null)
+  if [ -f $DATA/short-prompts.jsonl ] && [ -z "${NO_SHORT:-}" ]; then  # both prompt sets
+    prompts=$DATA/all-prompts.jsonl; cat $DATA/prompts.jsonl $DATA/short-prompts.jsonl > $prompts
+    replies="$replies $DATA/short-greedy.jsonl $DATA/short-sampled.jsonl"
+  fi
   timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
-    --prompts $DATA/prompts.jsonl --replies $DATA/greedy.jsonl $DATA/sampled.jsonl \
+    --prompts $prompts --replies $replies \
     --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
   cp "$dir/training/history.json" "$OUT/history-l$layers${TAG:-}.json"; cp "$dir/DATA.md" "$OUT/"

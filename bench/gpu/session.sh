@@ -67,7 +67,7 @@ pdl)
   for round in $(seq 1 "${ROUNDS:-1}"); do
     for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
       shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
-      [ "$tag" = "$name" ] && shape="$shape --drafter-pass"  # the issue's bound is the 1.5B's
+      case $tag in $name|qwen2.5-1.5b) shape="$shape --drafter-pass";; esac  # the issue's bound is the 1.5B's
       for setting in ${SETTINGS:-0,1,0 1,1,0 decode,1,0 1,1,1}; do  # dependent launch (0, 1, decode), SiLU epilogue, decode partials
         IFS=, read -r pdl silu parts <<< "$setting"
         SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_DECODE_PARTS=${parts:-0} timeout 100 \
