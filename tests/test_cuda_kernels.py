@@ -209,26 +209,6 @@ def test_silu_in_the_gate_up_epilogue_is_bit_for_bit_the_two_kernels(dtype, t, i
     assert torch.equal(linear_silu(x, w, invariant=True), silu_mul(linear(x, w, invariant=True)))
 
 
-@pytest.mark.parametrize("n,k", [(896, 4864), (1536, 8960), (1536, 1536), (2560, 9728), (896, 896)])
-def test_one_rows_split_partials_add_up_to_the_product_in_the_residual_add(n, k, device, monkeypatch):
-    """SPECCHAT_DECODE_PARTS: a decode step's o and down leave one float32 sum per K tile, which the
-    next residual add sums; a matrix of one K tile (or a wide one) stays whole."""
-    from engine.kernels import overlap
-    from engine.kernels.gemv import gemv_config, linear, linear_parts
-    from engine.kernels.ops import add_rms_norm
-
-    monkeypatch.setattr(overlap, "decode_parts", lambda: True)
-    x = torch.randn(1, k, dtype=torch.bfloat16, device=device)
-    w = torch.randn(n, k, dtype=torch.bfloat16, device=device) / k**0.5
-    residual, norm_w = torch.randn(1, n, dtype=torch.bfloat16, device=device), torch.ones(n, device=device)
-    parts = linear_parts(x, w)
-    assert parts.dim() == (3 if k > gemv_config(n, k)[1] else 2)
-    got, stream = add_rms_norm(parts, residual.clone(), norm_w.to(torch.bfloat16), 1e-6)
-    expect, expect_stream = add_rms_norm(linear(x, w), residual.clone(), norm_w.to(torch.bfloat16), 1e-6)
-    assert rel_err(stream, expect_stream.double()) < 1e-2 and rel_err(got, expect.double()) < 1e-2
-    assert rel_err(parts.sum(0) if parts.dim() == 3 else parts, (x.double() @ w.double().T)) < 1e-2
-
-
 def test_long_steps_fall_back_to_cublas(device):
     from engine.kernels.gemv import norm_linear
 

@@ -42,12 +42,10 @@ for defer, split in ((True, 3), (False, 2)):
     c = {"HAS_BIAS": False, "BLOCK_N": 64, "BLOCK_K": 128, "EVEN_K": False, "IEEE": False, "SPLIT": split, "SWAP": True, "DEFER": defer, "GDC": True, "SILU": False}
     print("gemm16 split", split, "defer", defer, build(gemv._gemm16, g16, c))
 gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32}
-for prologue, silu, gdc, bias, defer in itertools.product((0, 1), (False, True), (False, True), (False, True),
-                                                          (False, True)):
-    if (prologue and (silu or defer)) or (silu and defer):
-        continue
-    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu, "DEFER": defer}
-    print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias, "defer": defer}, build(gemv._gemv, gv, c))
+for prologue, silu, gdc, bias in itertools.product((0, 1), (False, True), (False, True), (False, True)):
+    if prologue and silu: continue
+    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu}
+    print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
 for gdc in (False, True):
     print("add_rms_norm", gdc, build(ops._add_rms_norm, {"x_ptr": "*fp32", "res_ptr": bf, "w_ptr": bf, "out_ptr": bf, "tap_ptr": bf, "n_cols": i32, "part_stride": i32, "tap_stride": i32, "eps": f32}, {"HAS_RES": True, "PARTS": 3, "BLOCK": 2048, "TAP": gdc, "GDC": gdc}))
     print("silu_mul", gdc, build(ops._silu_mul, {"gu_ptr": bf, "out_ptr": bf, "n_cols": i32}, {"BLOCK": 1024, "GDC": gdc}))

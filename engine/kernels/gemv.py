@@ -42,7 +42,6 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels import overlap
 from engine.kernels.ops import add_rms_norm, silu_mul, wait_for_previous
 from engine.kernels.overlap import launch_options
 from engine.limits import MAX_STEP
@@ -54,7 +53,7 @@ PLAIN, NORM = 0, 1  # what the input load computes
 def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
-          SILU: tl.constexpr, DEFER: tl.constexpr):
+          SILU: tl.constexpr):
     pid = tl.program_id(0)
     rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
@@ -80,20 +79,14 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         y = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        if DEFER:  # this program's split of K (one tile), its sums left as they are
-            k_begin = tl.program_id(1) * BLOCK_K
-            k_end = tl.minimum(k_begin + BLOCK_K, K)
-        else:
-            k_begin = 0
-            k_end = K
+        k_begin = 0
         if GDC:  # the first weight tile before the wait (see engine/kernels/overlap.py)
-            c = k_begin + cols
-            w = tl.load(w_rows + c[None, :], mask=live[:, None] & (c[None, :] < K), other=0.0)
+            w = tl.load(w_rows + cols[None, :], mask=live[:, None] & (cols[None, :] < K), other=0.0)
             wait_for_previous(GDC)
-            x = tl.load(x_ptr + c, mask=c < K, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
             acc += w.to(tl.float32) * x[None, :]
-            k_begin += BLOCK_K
-        for k0 in range(k_begin, k_end, BLOCK_K):
+            k_begin = BLOCK_K
+        for k0 in range(k_begin, K, BLOCK_K):
             c = k0 + cols
             x = tl.load(x_ptr + c, mask=c < K, other=0.0).to(tl.float32)
             if EVEN_K:
@@ -106,8 +99,6 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         y = _silu_times_up(tl.reshape(y, (BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
         rows = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
         tl.store(out_ptr + rows, y, mask=rows < N)
-    elif DEFER:  # out [splits, 1, N] float32: the residual add that reads it sums the splits
-        tl.store(out_ptr + tl.program_id(1) * N + rows, y, mask=live)
     else:
         if HAS_BIAS:
             y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
@@ -320,8 +311,6 @@ def one_row_on_matrix_units(n: int, k: int, dtype: torch.dtype) -> bool:
 def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None, stream=None, eps=0.0,
            config=None, invariant=False, silu=False, tap=None):
     """Run the kernel for x's rows into out; config overrides the measured launch settings.
-    For one row, out [splits, 1, N] float32 asks the GEMV for each split's sums, one K tile a
-    split (`linear_parts`).
     Prologues only for one row (over 16 rows, folding costs the product more than it saves).
     invariant: one row too goes through the 16-row kernel (see `linear`).
     silu: weight is [gate; up] and out gets SiLU(gate) * up, half as wide (`linear_silu`); the
@@ -336,14 +325,12 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
     if t == 1 and not invariant and (config is not None or prologue != PLAIN
                                      or not one_row_on_matrix_units(n, k, x.dtype)):
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
-        defer = out.dim() == 3
-        assert not defer or (prologue == PLAIN and bias is None and not silu and out.shape[0] == -(-k // block_k))
-        _gemv[(triton.cdiv(n, block_n), out.shape[0] if defer else 1)](
+        _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
             stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
             PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
             TAP=tap is not None, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=silu,
-            DEFER=defer, num_warps=warps, num_stages=stages, **launch_options(x.device, t),
+            num_warps=warps, num_stages=stages, **launch_options(x.device, t),
         )
     else:
         assert prologue == PLAIN
@@ -422,17 +409,9 @@ def linear_parts(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     sums of K splits, [S, T, N]: their sum in split order, rounded to x's dtype, is the product.
     The residual add that takes the output (`triton_ops.add_rms_norm`) adds them on its way, so
     no program waits at the end for the others that share its tile, and narrow matrices can be
-    cut into enough programs. Otherwise (one row, a bias, no such setting, batch-invariant) `linear`.
-    With `decode_parts` (engine/kernels/overlap.py) one row of a narrow matrix over more than one K
-    tile is left so too: one tile a program, every program's weights loaded before it waits."""
+    cut into enough programs. Otherwise (one row, a bias, no such setting, batch-invariant) `linear`."""
     t = x.shape[0]
     n, k = weight.shape
-    if t == 1 and x.is_cuda and bias is None and not invariant and x.dtype != torch.float32 and overlap.decode_parts():
-        block_k = gemv_config(n, k)[1]
-        if n <= 4096 and k > block_k:
-            x = x if x.stride(-1) == 1 else x.contiguous()
-            out = torch.empty((-(-k // block_k), 1, n), dtype=torch.float32, device=x.device)
-            return launch(x, weight, None, out)
     verify = x.is_cuda and 1 < t <= MAX_STEP and bias is None and not invariant
     config = parts_config(n, k, x.dtype) if verify else None
     if config is None:

@@ -24,11 +24,6 @@ The same goes for the other way to take launches out of a step, `silu_epilogue`:
 SiLU(gate) * up computed in the gate/up product's epilogue (gemv.linear_silu) rather than by a
 kernel of its own: one launch a layer fewer, 1.8-3.3 % off every step measured on the H200
 (SPECCHAT_SILU_EPILOGUE=0 turns it off).
-
-A third, not yet measured and so off unless asked for (SPECCHAT_DECODE_PARTS=1): a decode step's
-narrow products (o, down) cut K into one tile a program and leave the float32 sums to the
-residual add after them, as verify steps do; with dependent launch every program then has its
-whole weight slab in flight before it waits.
 """
 
 from __future__ import annotations
@@ -71,14 +66,7 @@ def silu_epilogue() -> bool:
     return os.environ.get("SPECCHAT_SILU_EPILOGUE", "1") != "0"
 
 
-@functools.cache
-def decode_parts() -> bool:
-    """Whether one-row products of narrow matrices leave split partials (gemv.linear_parts)."""
-    return os.environ.get("SPECCHAT_DECODE_PARTS", "0") == "1"
-
-
 def launch_label(device: torch.device) -> str:
-    """Which of the three are on, for a benchmark's title ("" where none is)."""
-    on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
-          (decode_parts(), "decode steps' split partials")]
+    """Which of the two are on, for a benchmark's title ("" where none is)."""
+    on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue")]
     return "".join(f", {what}" for yes, what in on if yes)
