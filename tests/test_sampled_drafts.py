@@ -54,6 +54,23 @@ def test_with_top_k_and_top_p_the_rule_follows_the_filtered_p():
     assert total_variation(frequencies(tokens, 5), p) < 0.01
 
 
+def test_with_top_k_the_residual_draw_is_the_whole_vocabularys():
+    """Over p's k tokens, each with its own noise: the correction the vocabulary-wide draw makes."""
+    from engine.runtime.sampling import RESIDUAL, gumbel
+
+    gen = torch.Generator().manual_seed(2)
+    params = SamplingParams(temperature=0.9, top_k=8, top_p=0.95, seed=6)
+    p = probabilities(torch.randn(33, 400, generator=gen) * 2, params)
+    q = probabilities(torch.randn(32, 400, generator=gen) * 2, params)
+    positions = torch.arange(50, 82)
+    drafts = sample(torch.log(q), positions, params, noise=DRAFT)
+    out = accept_tokens(p, q, drafts, torch.tensor(0), positions, params)
+    whole = (torch.log((p[:32] - q).clamp_min(0.0)) + gumbel(params.seed, RESIDUAL, positions, 400)).argmax(-1)
+    rejected = out[:32] != drafts
+    assert rejected.any()
+    assert torch.equal(out[:32][rejected], whole[rejected])
+
+
 def test_a_q_computed_with_other_sampling_settings_than_the_draft_used_is_caught():
     """The classic bug: drafts drawn at temperature 1 but q taken at temperature 0.3."""
     params = SamplingParams(temperature=1.0, seed=3)

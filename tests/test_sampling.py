@@ -72,15 +72,30 @@ def test_bad_sampling_values_are_clear_errors(bad):
         SamplingParams(**bad)
 
 
-def test_sampling_among_the_top_k_draws_what_the_whole_vocabulary_draws():
-    from engine.runtime.sampling import sample_top_k
+def whole_vocabulary_draw(logits, positions, params, seeds):
+    """The definition: Gumbel-max over every token of the filtered vocabulary."""
+    from engine.runtime.sampling import gumbel
 
+    return (filtered(logits, params) + gumbel(seeds, TOKEN, positions, logits.shape[-1])).argmax(-1)
+
+
+def test_sampling_among_the_top_k_draws_what_the_whole_vocabulary_draws():
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 500, generator=gen) * 3
     positions = torch.arange(100, 164)
     seeds = torch.arange(64) * 7 + 1
     for params in (SamplingParams(temperature=0.8, top_k=20), SamplingParams(temperature=1.2, top_k=50, top_p=0.7)):
+        expected = whole_vocabulary_draw(logits, positions, params, seeds)
         rows = torch.stack([sample(logits[i : i + 1], positions[i : i + 1], replace(params, seed=int(seeds[i])))[0]
                             for i in range(64)])
-        assert torch.equal(sample_top_k(logits, positions, params, seeds), rows)
-        assert torch.equal(sample(logits, positions, params, seeds=seeds), rows)
+        assert torch.equal(rows, expected)
+        assert torch.equal(sample(logits, positions, params, seeds=seeds), expected)
+
+
+def test_top_k_probabilities_are_the_filtered_softmax():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(8, 300, generator=gen) * 2
+    for params in (SamplingParams(temperature=0.7, top_k=20), SamplingParams(temperature=0.7, top_k=20, top_p=0.8)):
+        p = probabilities(logits, params)
+        assert torch.allclose(p, torch.softmax(filtered(logits, params), dim=-1), atol=1e-6)
+        assert ((p > 0).sum(-1) <= 20).all()

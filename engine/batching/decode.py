@@ -30,7 +30,7 @@ from engine.batching.rows import Finished, Rows
 from engine.batching.steps import EagerRuns
 from engine.errors import EngineError
 from engine.runtime.kv_cache import PagePool, SeqCache
-from engine.runtime.sampling import SamplingParams, sample_rows
+from engine.runtime.sampling import SamplingParams, sample
 from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
 
 PREFILL_TOKENS = 8192  # prompt tokens packed into one prefill forward
@@ -129,8 +129,8 @@ class BatchDecoder:
         last = torch.tensor(counts, device=device).cumsum(0) - 1
         logits = model.decoder.logits(hidden[last])
         # the token after the prompt's last position p is drawn with the noise of p + 1
-        firsts = sample_rows(logits, torch.tensor(counts, device=device), sampling,
-                             torch.tensor([seeds[i] for i in chunk], device=device)).tolist()
+        firsts = sample(logits, torch.tensor(counts, device=device), sampling,
+                        seeds=torch.tensor([seeds[i] for i in chunk], device=device)).tolist()
         for i, cache, n, first in zip(chunk, caches, counts, firsts, strict=True):
             # a sequence ends by length at its budget, or when its latest token has no position left
             limit = min(sampling.max_tokens, model.max_context + 1 - n)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from engine.runtime.sampling import SamplingParams, sample_rows
+from engine.runtime.sampling import SamplingParams, sample
 from engine.runtime.step_io import BatchLayout, StepContext
 
 
@@ -28,7 +28,7 @@ def decode_step(model, pool, ids: torch.Tensor, positions: torch.Tensor, seeds: 
         ctx = StepContext(pool, None, None, True, "triton", table, positions, batch=BatchLayout(rows))
     logits = decoder.logits(decoder(ids, positions, ctx))
     # the token after position p is drawn with the noise of p + 1, as a sequence alone draws it
-    return sample_rows(logits, positions + 1, sampling, seeds)
+    return sample(logits, positions + 1, sampling, seeds=seeds)
 
 
 def _slots(table: torch.Tensor, positions: torch.Tensor, page_size: int) -> torch.Tensor:

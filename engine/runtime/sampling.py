@@ -91,10 +91,31 @@ def filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """The distribution `sample` draws from: softmax of the filtered logits (one-hot when greedy)."""
+    """The distribution `sample` draws from: softmax of the filtered logits (one-hot when greedy).
+    With top-k on, computed over the k best tokens and scattered into the vocabulary's zeros."""
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    if among_top_k(logits, params):
+        values, index = top_k_scores(logits, params)
+        return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, index, torch.softmax(values, dim=-1))
     return torch.softmax(filtered(logits, params), dim=-1)
+
+
+def among_top_k(logits: torch.Tensor, params: SamplingParams) -> bool:
+    return 0 < params.top_k < logits.shape[-1]
+
+
+def top_k_scores(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, vocabulary indices) of the k best tokens of each row, best first: logits / T,
+    top-p's cut set to -inf. `filtered` at those indices, with top-p's sums over k values
+    instead of the vocabulary (a cut can differ only at a near-tie of cumulative probability, or
+    where several tokens share the k-th logit exactly)."""
+    values, index = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1)
+    if params.top_p < 1.0:
+        probs = torch.softmax(values, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # mass of the better tokens
+        values = values.masked_fill(before >= params.top_p, float("-inf"))
+    return values, index
 
 
 def sample(
@@ -102,28 +123,20 @@ def sample(
     seeds: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token per row: logits [T, V] predict the tokens at `positions` [T]. Returns [T] long.
-    seeds [T]: each row's own seed in place of params.seed (rows of different sequences)."""
+    seeds [T]: each row's own seed in place of params.seed (rows of different sequences).
+    With top-k on, the draw is taken among the k best tokens with each one's own noise: the
+    same token as over the whole filtered vocabulary (see `top_k_scores`), for a top-k and a few
+    k-wide kernels instead of a sort, a hash and some ten passes over V (on the H200 a quarter
+    of a 1.5B's decode step)."""
     if params.greedy:
         return logits.argmax(-1)
-    scores = filtered(logits, params)
     seed = params.seed if seeds is None else seeds
+    if among_top_k(logits, params):
+        values, index = top_k_scores(logits, params)
+        drawn = -torch.log(-torch.log(uniform_at(seed, noise, positions, index)))
+        return index.gather(-1, (values + drawn).argmax(-1, keepdim=True)).squeeze(-1)
+    scores = filtered(logits, params)
     return (scores + gumbel(seed, noise, positions, scores.shape[-1])).argmax(-1)
-
-
-def sample_top_k(logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, seeds: torch.Tensor,
-                 noise: int = TOKEN) -> torch.Tensor:
-    """`sample` with top-k on, computed over the k best tokens instead of the whole vocabulary
-    (a batch of B rows would otherwise sort and hash B x V values each step). The noise of a
-    token is the same; top-p's sums run over k values instead of V, so the draw can differ
-    only where its cut falls at a near-tie of cumulative probability (or at exactly equal
-    k-th logits). Rows sample with their own seeds [T]."""
-    values, index = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1)  # best first
-    if params.top_p < 1.0:
-        probs = torch.softmax(values, dim=-1)
-        before = torch.cumsum(probs, dim=-1) - probs
-        values = values.masked_fill(before >= params.top_p, float("-inf"))
-    drawn = -torch.log(-torch.log(uniform_at(seeds, noise, positions, index)))
-    return index.gather(-1, (values + drawn).argmax(-1, keepdim=True)).squeeze(-1)
 
 
 def accept_tokens(
@@ -143,17 +156,15 @@ def accept_tokens(
     p_d, q_d = p[rows, drafts], q[rows, drafts]
     u = uniform(params.seed, ACCEPT, positions, 1)[:, 0]
     accepted = u * q_d < p_d
-    residual = (p[:k] - q).clamp_min(0.0)
-    noise = gumbel(params.seed, RESIDUAL, positions, residual.shape[-1])
-    corrections = (torch.log(residual) + noise).argmax(-1)
+    if among_top_k(p, params):
+        # the residual is zero where p is: the draw is taken over p's k tokens, each with the
+        # noise it has in the whole vocabulary (the same token, for k-wide work instead of V-wide)
+        support = torch.topk(p[:k], params.top_k, dim=-1).indices
+        residual = (p[:k].gather(-1, support) - q.gather(-1, support)).clamp_min(0.0)
+        noise = -torch.log(-torch.log(uniform_at(params.seed, RESIDUAL, positions, support)))
+        corrections = support.gather(-1, (torch.log(residual) + noise).argmax(-1, keepdim=True)).squeeze(-1)
+    else:
+        residual = (p[:k] - q).clamp_min(0.0)
+        noise = gumbel(params.seed, RESIDUAL, positions, residual.shape[-1])
+        corrections = (torch.log(residual) + noise).argmax(-1)
     return torch.cat([torch.where(accepted, drafts, corrections), bonus.view(1)])
-
-
-def sample_rows(logits: torch.Tensor, positions: torch.Tensor, sampling: SamplingParams, seeds: torch.Tensor
-                ) -> torch.Tensor:
-    """Each row's token with its own seed. On CUDA, top-k settings sample among the k best only
-    (the same draws but at near-ties, see `sample_top_k`): a full-vocabulary sort and hash of
-    hundreds of rows would cost more than the step's model."""
-    if logits.is_cuda and sampling.top_k and not sampling.greedy and sampling.top_k < logits.shape[-1]:
-        return sample_top_k(logits, positions, sampling, seeds)
-    return sample(logits, positions, sampling, seeds=seeds)
