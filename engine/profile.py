@@ -28,6 +28,7 @@ from engine.runtime.sampling import SamplingParams
 
 GREEDY = SamplingParams()
 CHAIN = 15  # one-token steps of a chain: a draft model's longest proposal
+DRAFTER_LAYERS = (2, 5)  # DFlash drafters timed: train-dflash's default depth, z-lab's published one
 KINDS = {  # kernel name fragments -> part of a step
     "attention": ("_attend_split", "_merge_splits"),
     "norm/rope/act": ("_add_rms_norm", "_silu_mul", "_qk_rope_store"),
@@ -54,7 +55,8 @@ def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[in
         del eager_model
     result["chain_ms"] = {CHAIN: chain_ms(model, contexts[0], CHAIN, max(5, repeats // 5))}
     if drafter:  # (a random drafter is made on the CPU and written out first: seconds for a 4B's)
-        result["drafter_pass_ms"] = drafter_pass_ms(model, contexts[0], max(5, repeats // 5))
+        result["drafter_pass_ms"] = {layers: drafter_pass_ms(model, contexts[0], max(5, repeats // 5), layers)
+                                     for layers in DRAFTER_LAYERS}
     result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
     result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
     if transformers:
@@ -155,15 +157,21 @@ def chain_ms(model: Model, context: int, n: int, repeats: int) -> float:
         seq.release()
 
 
-def drafter_pass_ms(model: Model, context: int, repeats: int) -> float:
-    """Device time of a DFlash drafter's pass for this model (random weights, the default drafter
-    shape), `context` tokens into a reply: the proposal of a whole block, the one new token's
-    states taken in first, as each drafting step does."""
+def drafter_pass_ms(model: Model, context: int, repeats: int, layers: int) -> float:
+    """Device time of a DFlash drafter's pass for this model (random weights, `layers` layers of
+    the target's shape), `context` tokens into a reply: the proposal of a whole block, the one new
+    token's states taken in first, as each drafting step does."""
+    import tempfile
+    from pathlib import Path
+
+    from engine.speculation.proposers.dflash.files import write_random_drafter
     from engine.speculation.proposers.spec import ProposerOptions
     from engine.speculation.registry import load_proposer
 
-    proposer = load_proposer("dflash", model, ProposerOptions({"dflash": "random"})).make()
-    proposer.attach(model, GREEDY)
+    with tempfile.TemporaryDirectory() as tmp:  # weights read while it exists
+        folder = write_random_drafter(Path(tmp) / "drafter", model, num_layers=layers)
+        proposer = load_proposer("dflash", model, ProposerOptions({"dflash": str(folder)})).make()
+        proposer.attach(model, GREEDY)
     try:
         width = len(model.state_layers) * model.config.hidden_size
         ids = [3] * context

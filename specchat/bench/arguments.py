@@ -86,7 +86,7 @@ def add_steps_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-transformers", action="store_true", help="skip transformers' forward")
     p.add_argument("--no-eager", action="store_true", help="skip the eager step")
     p.add_argument("--drafter-pass", action="store_true",
-                   help="also time a DFlash drafter's pass (random weights, the default drafter shape)")
+                   help="also time a DFlash drafter's pass (random weights; 2 and 5 layers)")
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
     p.add_argument("--batch-invariant", action="store_true",
                    help="time the steps that compute every row alike whatever the step's length")
