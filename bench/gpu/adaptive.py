@@ -6,7 +6,10 @@
 2. The bench's conversation (specchat/bench/conversation.json): total decode time of every fixed
    (proposer, k), each proposer at k auto, and auto / auto, over all turns.
 
-    python bench/gpu/adaptive.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b]
+    python bench/gpu/adaptive.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--dflash DIR]
+
+--dflash adds a trained DFlash drafter: its fixed and k auto rows, and a member of proposer auto;
+--draft "" leaves the draft model out.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ KS = [1, 2, 4, 7, 15]
 def bench_prompts(args) -> None:
     out = Path(tempfile.mkdtemp())
     for prompt in ("edit", "explain"):
-        argv = ["bench", "--model", args.model, "--draft", args.draft, "--prompts", prompt, "--no-peers",
+        argv = ["bench", "--model", args.model, *proposer_flags(args), "--prompts", prompt, "--no-peers",
                 "--k", *map(str, KS), "auto", "--repeats", str(args.repeats), "--warmup", "1",
                 "--max-new-tokens", str(args.max_new_tokens), "--out", str(out / prompt)]
         if specchat(argv) != 0:
@@ -43,7 +46,7 @@ def bench_prompts(args) -> None:
     for key in sorted({(r["prompt"], r["sampling"]) for r in rows}):
         here = [r for r in rows if (r["prompt"], r["sampling"]) == key]
         best_any = max((r for r in here if r["k"] != AUTO and r["method"] != "plain"), key=lambda r: r["tok_s"])
-        for method in ("ngram", "draft", "auto"):
+        for method in ("ngram", "draft", "dflash", "auto"):
             auto = next((r for r in here if r["method"] == method and r["k"] == AUTO), None)
             fixed = [r for r in here if r["method"] == method and r["k"] != AUTO] or [best_any]
             best = max(fixed, key=lambda r: r["tok_s"])
@@ -55,6 +58,10 @@ def bench_prompts(args) -> None:
                   f"{auto['same_text']} |")
 
 
+def proposer_flags(args) -> list[str]:
+    return (["--draft", args.draft] if args.draft else []) + (["--dflash", args.dflash] if args.dflash else [])
+
+
 def spread(row: dict) -> float:
     """How far a row's runs lie apart: (fastest - slowest) / median speed."""
     rates = sorted(row["tok_s_runs"])
@@ -63,12 +70,13 @@ def spread(row: dict) -> float:
 
 def conversation(args) -> None:
     target = load_model(args.model, max_context=8192)
-    options = ProposerOptions({"draft": args.draft})
-    ngram, draft = (load_proposer(name, target, options) for name in ("ngram", "draft"))
+    options = ProposerOptions({k: v for k, v in (("draft", args.draft), ("dflash", args.dflash)) if v})
+    names = ["ngram"] + (["draft"] if args.draft else []) + (["dflash"] if args.dflash else [])
+    loaded = [load_proposer(name, target, options) for name in names]
     settings = [("plain", lambda: None)]
-    for loaded in (ngram, draft):
-        settings += [(f"{loaded.name} k={k}", lambda p=loaded, k=k: p.make(k)) for k in [*KS, AUTO]]
-    settings.append(("auto / auto", lambda: AutoProposer([ngram.make(AUTO), draft.make(AUTO)])))
+    for each in loaded:
+        settings += [(f"{each.name} k={k}", lambda p=each, k=k: p.make(k)) for k in [*KS, AUTO]]
+    settings.append(("auto / auto", lambda: AutoProposer([each.make(AUTO) for each in loaded])))
     turns = load_turns()
     sampling = SamplingParams(max_tokens=args.max_new_tokens)
     stop = target.stop_ids()
@@ -100,7 +108,8 @@ def conversation(args) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help='a draft model ("" for none)')
+    p.add_argument("--dflash", default=None, help="a trained DFlash drafter's directory")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=4, help="timed runs of each bench row (the median is kept)")
     p.add_argument("--part", choices=["prompts", "conversation", "both"], default="both")

@@ -7,7 +7,8 @@
 #   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
 # One subcommand per call:
 #   stage                  the carried prompts, and any carried replies (*.jsonl.gz; short/: an earlier
-#                          prompt set with its replies, ids renamed short-N) into /root/stage/data
+#                          prompt set with its replies, ids renamed short-N) into /root/stage/data, with
+#                          earlier runs' history-*.json (their curves join eval's chart)
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
@@ -44,6 +45,7 @@ stage)
       gunzip -c bench/dflash-data/short/$f.jsonl.gz | sed 's/"id": "train-/"id": "short-/' > $DATA/short-$f.jsonl
     done
   fi
+  cp bench/dflash-data/history-*.json $DATA/ 2>/dev/null  # earlier runs' curves, for eval's chart
   wc -l $DATA/*.jsonl
   ;;
 data)

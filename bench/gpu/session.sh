@@ -10,16 +10,16 @@
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
-#            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well)
+#            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well;
+#            DFLASH=DIR adds a trained drafter, NO_DRAFT=1 leaves the draft model out)
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py); `adaptive-steps conversation`:
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
-#   pdl      the step bench with dependent launch (SPECCHAT_PDL), SiLU in the gate/up epilogue
-#            (SPECCHAT_SILU_EPILOGUE) and decode steps' split partials (SPECCHAT_DECODE_PARTS) off and
-#            on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B
-#            shape (SHAPES, SETTINGS="pdl,silu,parts ..." choose)
+#   pdl      the step bench with dependent launch (SPECCHAT_PDL) and SiLU in the gate/up epilogue
+#            (SPECCHAT_SILU_EPILOGUE) off and on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the
+#            Coder-1.5B's real weights, Qwen3-4B shape (SHAPES, SETTINGS="pdl,silu ..." choose)
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -68,11 +68,11 @@ pdl)
     for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
       shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
       case $tag in $name|qwen2.5-1.5b) shape="$shape --drafter-pass";; esac  # the issue's bound is the 1.5B's
-      for setting in ${SETTINGS:-0,1,0 1,1,0 decode,1,0 1,1,1}; do  # dependent launch (0, 1, decode), SiLU epilogue, decode partials
-        IFS=, read -r pdl silu parts <<< "$setting"
-        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_DECODE_PARTS=${parts:-0} timeout 100 \
-          python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-parts${parts:-0}-$tag-$round.json" \
-          2>&1 | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" | sed "s/^/pdl=$pdl silu=$silu parts=${parts:-0} $tag: /"
+      for setting in ${SETTINGS:-0,1 1,1 decode,1}; do  # dependent launch (0, 1, decode), SiLU epilogue
+        IFS=, read -r pdl silu <<< "$setting"
+        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu timeout 100 \
+          python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-$tag-$round.json" \
+          2>&1 | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" | sed "s/^/pdl=$pdl silu=$silu $tag: /"
       done
     done
   done
@@ -92,7 +92,8 @@ chat)
     | grep -v "Warn\|warn" | tee "$OUT/bench-chat.txt"
   ;;
 adaptive)
-  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
+  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" ${DFLASH:+--dflash "$DFLASH"} ${NO_DRAFT:+--draft ""} 2>&1 \
+    | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 adaptive-steps)
   timeout 590 python3 bench/gpu/adaptive_steps.py ${2:+--$2} 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps${2:+-$2}.txt"
