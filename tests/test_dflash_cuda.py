@@ -82,6 +82,24 @@ def test_graphed_pass_equals_the_eager_pass_and_the_reference(cpu, graphed, draf
     assert drafter.graphs.scratch_page not in drafter.seq.pages
 
 
+def test_the_fused_context_extension_writes_what_the_torch_path_writes(graphed, checkpoint):
+    """Context K/V through the fused norm and q/k kernel (a handful of launches) against op by op."""
+    drafter = load_drafter(str(checkpoint), graphed)
+    states = states_of(graphed, drafter, PROMPT)
+    positions = torch.arange(3, 3 + len(PROMPT), device=DEVICE)
+    pages = torch.arange(drafter.pool.k[0].shape[0] // drafter.pool.page_size, device=DEVICE)
+    written = []
+    for backend in ("torch", "triton"):
+        with torch.inference_mode():
+            for cache in (*drafter.pool.k, *drafter.pool.v):
+                cache.fill_(0)  # nothing left of the other path's writes
+            drafter.backend = backend
+            drafter._extend(states, positions, pages)
+            written.append([c.clone() for c in (*drafter.pool.k, *drafter.pool.v)])
+    for torch_path, fused in zip(*written, strict=True):
+        torch.testing.assert_close(fused, torch_path, rtol=1e-5, atol=1e-5)
+
+
 def test_anchor_may_come_from_the_device(graphed, drafter):
     states = states_of(graphed, drafter, PROMPT)
     drafter.clear()

@@ -250,6 +250,9 @@ class DFlashDrafter(nn.Module):
         if self.state_index is not None:
             states = states.view(n, len(self.state_layers), s.hidden_size).index_select(1, self.state_index)
             states = states.reshape(n, -1)
+        if self.backend == "triton":
+            self._fused_extend(states, positions, page_table)
+            return
         slots = page_table[positions // PAGE_SIZE] * PAGE_SIZE + positions % PAGE_SIZE
         cos, sin = rope_tables(positions, s.head_dim, s.rope_theta, self.fc.weight.dtype)
         features = self.hidden_norm(self.fc(states.to(self.fc.weight.dtype)))
@@ -260,6 +263,20 @@ class DFlashDrafter(nn.Module):
             k = rope(attn.k_norm(k), cos, sin)
             self.pool.k[i].index_copy_(0, slots, k)
             self.pool.v[i].index_copy_(0, slots, v)
+
+    def _fused_extend(self, states: torch.Tensor, positions: torch.Tensor, page_table: torch.Tensor) -> None:
+        """`_extend` through the fused kernels (CUDA): the norm in one kernel, and per layer the
+        K/V product and one kernel for k's norm, RoPE and both stores (the target's own q/k
+        kernel, asked for no query heads), where op by op a pass took some forty launches."""
+        from engine.kernels.ops import add_rms_norm, qk_rope_store
+
+        features, _ = add_rms_norm(self.fc(states.to(self.fc.weight.dtype)), None, self.hidden_norm.weight,
+                                   self.hidden_norm.eps)
+        for i, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            kv = F.linear(features, attn.qkv_proj.weight[attn.q_size :])
+            qk_rope_store(kv, positions, self.inv_freq, attn.k_norm.weight, attn.k_norm.weight, attn.k_norm.eps,
+                          self.pool.k[i], self.pool.v[i], page_table, PAGE_SIZE, 0)
 
     @torch.inference_mode()
     def block(self, anchor: int | torch.Tensor) -> torch.Tensor:
