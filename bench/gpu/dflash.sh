@@ -21,7 +21,9 @@
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG
-#   bench LAYERS           the bench rows (plain, DFlash at k 4 8 15 and auto, greedy and sampled) with it
+#   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
+#                          sampled) with it
+#   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=${SPECCHAT_CACHE:-/root/stage/cache}
 OUT=${OUT:-bench/out}
@@ -93,8 +95,12 @@ eval)
 bench)
   for prompt in edit explain; do
     timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
-      --k 4 8 15 auto --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2-$prompt" 2>&1 \
-      | grep -v "Warn\|warn" | tail -14
+      --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2${TAG:-}-$prompt" 2>&1 \
+      | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
   done
+  ;;
+exact)
+  timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \
+    | grep -v "Warn\|warn\|regex" | tee "$OUT/exact-l$2${TAG:-}.txt" | tail -20
   ;;
 esac
