@@ -209,6 +209,36 @@ def test_silu_in_the_gate_up_epilogue_is_bit_for_bit_the_two_kernels(dtype, t, i
     assert torch.equal(linear_silu(x, w, invariant=True), silu_mul(linear(x, w, invariant=True)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hidden,heads,kv_heads,head_dim", [(896, 14, 2, 64), (1536, 12, 2, 128), (2560, 20, 4, 128)])
+@pytest.mark.parametrize("first_layer", [True, False])
+def test_rope_in_the_qkv_epilogue_is_bit_for_bit_the_two_kernels(dtype, hidden, heads, kv_heads, head_dim,
+                                                                 first_layer, device):
+    """The q/k/v shapes of Qwen2.5-0.5B, 1.5B (the norm folded into the product) and a wider one (the
+    norm a kernel of its own), with their bias: the queries, the cache and the residual stream as
+    norm_linear then qk_rope_store leave them, at a position in the middle of a page."""
+    from engine.kernels.gemv import norm_linear, norm_linear_rope
+    from engine.kernels.ops import qk_rope_store
+    from engine.network.decoder import rope_frequencies
+
+    n = (heads + 2 * kv_heads) * head_dim
+    x = torch.randn(1, hidden, dtype=dtype, device=device)
+    residual = None if first_layer else torch.randn(1, hidden, dtype=dtype, device=device)
+    norm_w = (1 + 0.1 * torch.randn(hidden, device=device)).to(dtype)
+    w = (torch.randn(n, hidden, device=device) / hidden**0.5).to(dtype)
+    b = torch.randn(n, device=device).to(dtype)
+    pages, position = torch.tensor([5, 2, 7, 0], device=device), torch.tensor([37], device=device)
+    inv_freq = rope_frequencies(head_dim, 1e6, torch.device(device))
+    caches = [torch.zeros(8 * 16, kv_heads, head_dim, dtype=dtype, device=device) for _ in range(4)]
+    qkv, stream = norm_linear(x, None if first_layer else residual.clone(), norm_w, 1e-6, w, b)
+    q = qk_rope_store(qkv, position, inv_freq, None, None, 0.0, caches[0], caches[1], pages, 16, heads)
+    fused_q, fused_stream = norm_linear_rope(x, None if first_layer else residual.clone(), norm_w, 1e-6, w, b,
+                                             position, inv_freq, caches[2], caches[3], pages, 16, heads)
+    assert caches[0].abs().sum() > 0 and caches[1].abs().sum() > 0
+    assert torch.equal(fused_q, q) and torch.equal(fused_stream, stream)
+    assert torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+
+
 def test_long_steps_fall_back_to_cublas(device):
     from engine.kernels.gemv import norm_linear
 

@@ -46,6 +46,10 @@ for prologue, silu, gdc, bias in itertools.product((0, 1), (False, True), (False
     if prologue and silu: continue
     c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu}
     print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
+gr = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "pos_ptr": "*i64", "inv_freq_ptr": "*fp32", "K": i32, "eps": f32}
+for prologue, gdc in itertools.product((0, 1), (False, True)):
+    c = {"PROLOGUE": prologue, "HAS_RES": prologue == 1, "HAS_BIAS": True, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 2048 if prologue else 1024, "EVEN_K": True, "GDC": gdc, "H": 12, "KVH": 2, "D": 128, "PS": 16}
+    print("gemv_rope", {"prologue": prologue, "gdc": gdc}, build(gemv._gemv_rope, gr, c, {"num_warps": 4, "num_stages": 1}))
 for gdc in (False, True):
     print("add_rms_norm", gdc, build(ops._add_rms_norm, {"x_ptr": "*fp32", "res_ptr": bf, "w_ptr": bf, "out_ptr": bf, "tap_ptr": bf, "n_cols": i32, "part_stride": i32, "tap_stride": i32, "eps": f32}, {"HAS_RES": True, "PARTS": 3, "BLOCK": 2048, "TAP": gdc, "GDC": gdc}))
     print("silu_mul", gdc, build(ops._silu_mul, {"gu_ptr": bf, "out_ptr": bf, "n_cols": i32}, {"BLOCK": 1024, "GDC": gdc}))

@@ -17,9 +17,10 @@
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
-#   pdl      the step bench with dependent launch (SPECCHAT_PDL) and SiLU in the gate/up epilogue
-#            (SPECCHAT_SILU_EPILOGUE) off and on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the
-#            Coder-1.5B's real weights, Qwen3-4B shape (SHAPES, SETTINGS="pdl,silu ..." choose)
+#   pdl      the step bench with dependent launch (SPECCHAT_PDL), SiLU in the gate/up epilogue
+#            (SPECCHAT_SILU_EPILOGUE) and RoPE in the q/k/v epilogue (SPECCHAT_ROPE_EPILOGUE) off and
+#            on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B
+#            shape (SHAPES, SETTINGS="pdl,silu,rope ..." choose)
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -46,8 +47,8 @@ setup)
   done
   ;;
 tests)
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
-  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 4 tests/test_cuda_graphs.py \
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
+  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 4 tests/test_cuda_graphs.py \
     tests/test_dflash_cuda.py tests/test_batch_cuda.py tests/test_cuda_overlap.py 2>&1 | grep -v "Warn\|warn" | tail -15
   ;;
 steps-ab)
@@ -68,11 +69,11 @@ pdl)
     for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
       shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
       case $tag in $name|qwen2.5-1.5b) shape="$shape --drafter-pass";; esac  # the issue's bound is the 1.5B's
-      for setting in ${SETTINGS:-0,1 1,1 decode,1}; do  # dependent launch (0, 1, decode), SiLU epilogue
-        IFS=, read -r pdl silu <<< "$setting"
-        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu timeout 100 \
-          python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-$tag-$round.json" \
-          2>&1 | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" | sed "s/^/pdl=$pdl silu=$silu $tag: /"
+      for setting in ${SETTINGS:-1,1,0 1,1,1}; do  # dependent launch (0, 1, decode), SiLU epilogue, RoPE epilogue
+        IFS=, read -r pdl silu rope <<< "$setting"; rope=${rope:-0}
+        SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_ROPE_EPILOGUE=$rope timeout 100 \
+          python3 -m specchat bench steps $shape $opts --json "$OUT/pdl$pdl-silu$silu-rope$rope-$tag-$round.json" \
+          2>&1 | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" | sed "s/^/pdl=$pdl silu=$silu rope=$rope $tag: /"
       done
     done
   done

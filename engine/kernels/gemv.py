@@ -57,7 +57,68 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
     pid = tl.program_id(0)
     rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
-    w_rows = w_ptr + w_index[:, None].to(tl.int64) * K
+    y = _row_sums(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr + w_index[:, None].to(tl.int64) * K, live, pid, K, eps,
+                  PROLOGUE, HAS_RES, TAP, BLOCK_N, BLOCK_K, EVEN_K, GDC)
+    if SILU:  # y holds (gate, up) pairs: SiLU(gate) * up, one per output row
+        y = _silu_times_up(tl.reshape(y, (BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
+        rows = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+        tl.store(out_ptr + rows, y, mask=rows < N)
+    else:
+        if HAS_BIAS:
+            y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
+        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _gemv_rope(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, q_ptr, k_cache_ptr, v_cache_ptr,
+               page_table_ptr, pos_ptr, inv_freq_ptr, K, eps,
+               PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
+               H: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PS: tl.constexpr):
+    """One token's q/k/v product with RoPE and the K/V stores in its epilogue (`norm_linear_rope`):
+    each program's weight rows pair element d of a head with element d + D/2, the two RoPE
+    mixes, so the epilogue rotates its own sums and writes q to q_ptr, k and v to the cache."""
+    pid = tl.program_id(0)
+    r = tl.arange(0, BLOCK_N)
+    pair = pid * (BLOCK_N // 2) + r // 2
+    w_index = (pair // (D // 2)) * D + pair % (D // 2) + (r % 2) * (D // 2)
+    live = pair < (H + 2 * KVH) * (D // 2)
+    y = _row_sums(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr + w_index[:, None].to(tl.int64) * K, live, pid, K, eps,
+                  PROLOGUE, HAS_RES, TAP, BLOCK_N, BLOCK_K, EVEN_K, GDC)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + w_index, mask=live, other=0.0).to(tl.float32)
+    dtype = q_ptr.dtype.element_ty
+    # the product rounds as the unfused kernel stores it; RoPE then rounds as ops._qk_rope_store
+    x1, x2 = tl.split(tl.reshape(y.to(dtype).to(tl.float32), (BLOCK_N // 2, 2)))
+    p = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+    head, d = p // (D // 2), p % (D // 2)
+    pos = tl.load(pos_ptr)
+    angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + d)
+    c = tl.cos(angle).to(dtype).to(tl.float32)
+    s = tl.sin(angle).to(dtype).to(tl.float32)
+    o1 = ((x1 * c).to(dtype).to(tl.float32) + (-x2 * s).to(dtype).to(tl.float32)).to(dtype)
+    o2 = ((x2 * c).to(dtype).to(tl.float32) + (x1 * s).to(dtype).to(tl.float32)).to(dtype)
+    ok = p < (H + 2 * KVH) * (D // 2)
+    is_q, is_k = ok & (head < H), ok & (head >= H) & (head < H + KVH)
+    is_v = ok & (head >= H + KVH)
+    q_out = q_ptr + head * D + d
+    tl.store(q_out, o1, mask=is_q)
+    tl.store(q_out + D // 2, o2, mask=is_q)
+    slot = tl.load(page_table_ptr + pos // PS) * PS + pos % PS
+    j = tl.where(is_v, head - H - KVH, head - H)
+    kv_out = (slot * KVH + j) * D + d
+    tl.store(k_cache_ptr + kv_out, o1, mask=is_k)
+    tl.store(k_cache_ptr + kv_out + D // 2, o2, mask=is_k)
+    tl.store(v_cache_ptr + kv_out, x1.to(dtype), mask=is_v)
+    tl.store(v_cache_ptr + kv_out + D // 2, x2.to(dtype), mask=is_v)
+
+
+@triton.jit
+def _row_sums(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_rows, live, pid, K, eps,
+              PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, TAP: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr):
+    """The float32 sums [BLOCK_N] of one activation row against the weight rows at w_rows
+    ([BLOCK_N, 1] pointers), the input computed as PROLOGUE says (see the module's notes)."""
     cols = tl.arange(0, BLOCK_K)
     if PROLOGUE == 1:
         # the whole row in one tile (BLOCK_K >= K): the norm needs all of it, and the product
@@ -95,14 +156,7 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
                 w = tl.load(w_rows + c[None, :], mask=live[:, None] & (c[None, :] < K), other=0.0)
             acc += w.to(tl.float32) * x[None, :]
         y = tl.sum(acc, axis=1)
-    if SILU:  # y holds (gate, up) pairs: SiLU(gate) * up, one per output row
-        y = _silu_times_up(tl.reshape(y, (BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
-        rows = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-        tl.store(out_ptr + rows, y, mask=rows < N)
-    else:
-        if HAS_BIAS:
-            y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
-        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+    return y
 
 
 @triton.jit
@@ -444,3 +498,34 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
     out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)
     launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps, tap=tap)
     return (silu_mul(out) if silu else out), stream
+
+
+
+def norm_linear_rope(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                     weight: torch.Tensor, bias: torch.Tensor | None, positions: torch.Tensor,
+                     inv_freq: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     page_table: torch.Tensor, page_size: int, num_heads: int,
+                     tap: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token's attention input in one kernel where norm_linear and ops.qk_rope_store take two:
+    (RoPE'd queries [1, H, D], residual + x), its keys and values written into the cache at the
+    token's slot. For models without q/k norms (the norm needs a whole head, a program has two
+    of its elements); bit for bit the two kernels' (same sums, same roundings)."""
+    n, k = weight.shape
+    kvh, d = k_cache.shape[1], k_cache.shape[2]
+    assert x.shape[0] == 1 and n == (num_heads + 2 * kvh) * d
+    q = torch.empty((1, num_heads, d), dtype=x.dtype, device=x.device)
+    if folds_norm(x, weight):
+        prologue, x = NORM, x.contiguous()
+        stream = x if residual is None else torch.empty_like(x)
+    else:
+        prologue, (x, stream) = PLAIN, add_rms_norm(x, residual, norm_weight, eps, tap)
+        residual = tap = None
+    block_n, block_k, warps, stages = gemv_config(n, k, prologue)
+    _gemv_rope[(triton.cdiv(n, block_n),)](
+        x, residual if residual is not None else x, norm_weight, stream, tap if tap is not None else x, weight,
+        bias if bias is not None else weight, q, k_cache, v_cache, page_table, positions, inv_freq, k, eps,
+        PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None, TAP=tap is not None,
+        BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, H=num_heads, KVH=kvh, D=d, PS=page_size,
+        num_warps=warps, num_stages=stages, **launch_options(x.device, 1),
+    )
+    return q, stream

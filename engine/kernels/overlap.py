@@ -23,7 +23,9 @@ Measured on the H200 (bench/RESULTS.md, seventh run): a decode step of the Qwen2
 The same goes for the other way to take launches out of a step, `silu_epilogue`: the MLP's
 SiLU(gate) * up computed in the gate/up product's epilogue (gemv.linear_silu) rather than by a
 kernel of its own: one launch a layer fewer, 1.8-3.3 % off every step measured on the H200
-(SPECCHAT_SILU_EPILOGUE=0 turns it off).
+(SPECCHAT_SILU_EPILOGUE=0 turns it off). Likewise RoPE and the K/V stores in a decode step's q/k/v
+product (gemv.norm_linear_rope, for models without q/k norms): one launch a layer fewer, bit for
+bit the two kernels'; off until measured on the GPU (SPECCHAT_ROPE_EPILOGUE=1 turns it on).
 """
 
 from __future__ import annotations
@@ -66,7 +68,14 @@ def silu_epilogue() -> bool:
     return os.environ.get("SPECCHAT_SILU_EPILOGUE", "1") != "0"
 
 
+@functools.cache
+def rope_epilogue() -> bool:
+    """Whether a decode step's q/k/v product ends in RoPE and the K/V stores (gemv.norm_linear_rope)."""
+    return os.environ.get("SPECCHAT_ROPE_EPILOGUE", "0") == "1"
+
+
 def launch_label(device: torch.device) -> str:
-    """Which of the two are on, for a benchmark's title ("" where none is)."""
-    on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue")]
+    """Which of them are on, for a benchmark's title ("" where none is)."""
+    on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
+          (rope_epilogue(), "RoPE in the q/k/v epilogue")]
     return "".join(f", {what}" for yes, what in on if yes)

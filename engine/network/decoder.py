@@ -108,10 +108,8 @@ class Attention(nn.Module):
 
     def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
-        from engine.kernels.gemv import linear_parts
         from engine.kernels.ops import qk_rope_store
 
-        t = qkv.shape[0]
         norm = self.q_norm is not None
         q = qk_rope_store(
             qkv, positions, inv_freq, self.q_norm.weight if norm else None,
@@ -119,6 +117,21 @@ class Attention(nn.Module):
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
             None if ctx.batch is None else ctx.batch.rows,
         )
+        return self.attend_project(q, ctx)
+
+    def rope_in_epilogue(self, x: torch.Tensor, ctx: StepContext) -> bool:
+        """Whether this step's q/k/v product can end in RoPE and the K/V stores (`norm_linear_rope`):
+        one token of one sequence, no q/k norm (it needs a whole head per program), not batch-invariant."""
+        from engine.kernels.overlap import rope_epilogue
+
+        return (x.shape[-2] == 1 and self.q_norm is None and ctx.batch is None and ctx.invariant_chunk == 0
+                and rope_epilogue())
+
+    def attend_project(self, q: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        """Attention of the RoPE'd queries [T, H, D] over the cache, then o_proj."""
+        from engine.kernels.gemv import linear_parts
+
+        t = q.shape[0]
         out = attend(q, self.layer, ctx, self.scale).reshape(t, self.q_size)
         # its one reader, the residual add in DecoderLayer.fused_forward, takes split partials
         return linear_parts(out, self.o_proj.weight, self.o_proj.bias, ctx.invariant_chunk > 0)
@@ -155,16 +168,23 @@ class DecoderLayer(nn.Module):
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
         the final norm). tap: where the stream entering this layer (residual + x) is kept as well,
         by the add that computes it."""
-        from engine.kernels.gemv import linear_parts, norm_linear
+        from engine.kernels.gemv import linear_parts, norm_linear, norm_linear_rope
         from engine.kernels.ops import silu_mul
         from engine.kernels.overlap import silu_epilogue
 
         attn, mlp = self.self_attn, self.mlp
         invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike
         norm = self.input_layernorm
-        qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight, attn.qkv_proj.bias,
-                                    invariant, tap=tap)
-        x = attn.fused_forward(qkv, positions, inv_freq, ctx)
+        if attn.rope_in_epilogue(x, ctx):
+            q, residual = norm_linear_rope(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight,
+                                           attn.qkv_proj.bias, positions, inv_freq, ctx.pool.k[attn.layer],
+                                           ctx.pool.v[attn.layer], ctx.page_table, ctx.pool.page_size,
+                                           attn.num_heads, tap=tap)
+            x = attn.attend_project(q, ctx)
+        else:
+            qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight,
+                                        attn.qkv_proj.bias, invariant, tap=tap)
+            x = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
         fused = silu_epilogue()  # SiLU(gate) * up in the gate/up product's epilogue
         act, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None, invariant,
