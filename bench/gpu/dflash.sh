@@ -24,6 +24,8 @@
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
 #                          sampled) with it
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
+#   costs LAYERS           where a DFlash step's time goes: host against device for the drafter's pass and
+#                          the verify step with and without states (bench/gpu/dflash_costs.py)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=${SPECCHAT_CACHE:-/root/stage/cache}
 OUT=${OUT:-bench/out}
@@ -98,6 +100,10 @@ bench)
       --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2${TAG:-}-$prompt" 2>&1 \
       | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
   done
+  ;;
+costs)
+  timeout 200 python3 bench/gpu/dflash_costs.py $name "$(drafter "$2")" 2>&1 | grep -v "Warn\|warn\|regex" \
+    | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -12
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \
