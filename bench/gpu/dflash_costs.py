@@ -87,7 +87,7 @@ def main() -> None:
         target.warm_up(GREEDY, state_layers=layers)
         length = seq.length
 
-        def verify():
+        def verify(length=length):
             target.step(seq, [5, 6, 7, 8], GREEDY)
             seq.truncate(length)
 
