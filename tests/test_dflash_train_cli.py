@@ -141,3 +141,16 @@ def test_the_chat_finds_a_drafter_trained_for_its_pack_in_the_cache(tmp_path, mo
     assert "dflash" not in [s.name for s in offered({})]  # no target loaded yet: nothing to look for
     loaded = load_proposer("dflash", target, ProposerOptions({}))
     assert loaded.make().k == 15
+
+
+def test_a_drafter_starts_from_the_target_unless_told_otherwise():
+    """The start that measured best on the H200 is the command's default; random weights on request."""
+    import argparse
+
+    from specchat.arguments import add_train_arguments
+
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    base = ["--model", "m", "--prompts", "p.jsonl", "--replies", "r.jsonl"]
+    assert p.parse_args(base).start_from_target is True
+    assert p.parse_args([*base, "--no-start-from-target"]).start_from_target is False
