@@ -99,3 +99,20 @@ def test_top_k_probabilities_are_the_filtered_softmax():
         p = probabilities(logits, params)
         assert torch.allclose(p, torch.softmax(filtered(logits, params), dim=-1), atol=1e-6)
         assert ((p > 0).sum(-1) <= 20).all()
+
+
+def test_equal_scores_inside_the_top_k_keep_the_whole_vocabularys_top_p_cut():
+    """Exactly equal logits among the k best (bf16-rounded ones often are) are summed for top-p in
+    the vocabulary's order, by index among equals, as the whole-vocabulary filter sums them."""
+    gen = torch.Generator().manual_seed(3)
+    rows = 400
+    best = torch.randint(0, 5, (rows, 48), generator=gen).float() / 2  # five values: many ties
+    rest = -10.0 - torch.arange(16).float().expand(rows, -1)  # far below, all distinct
+    order = torch.stack([torch.randperm(64, generator=gen) for _ in range(rows)])
+    logits = torch.cat([best, rest], dim=-1).gather(-1, order)
+    positions, seeds = torch.arange(rows), torch.arange(rows) * 3 + 1
+    for top_p in (0.3, 0.5, 0.8):
+        params = SamplingParams(temperature=1.0, top_k=48, top_p=top_p)
+        assert torch.equal(sample(logits, positions, params, seeds=seeds),
+                           whole_vocabulary_draw(logits, positions, params, seeds))
+        assert torch.allclose(probabilities(logits, params), torch.softmax(filtered(logits, params), -1), atol=1e-6)

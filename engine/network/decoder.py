@@ -121,11 +121,13 @@ class Attention(nn.Module):
 
     def rope_in_epilogue(self, x: torch.Tensor, ctx: StepContext) -> bool:
         """Whether this step's q/k/v product can end in RoPE and the K/V stores (`norm_linear_rope`):
-        one token of one sequence, no q/k norm (it needs a whole head per program), not batch-invariant."""
+        one token of one sequence, no q/k norm (it needs a whole head per program), not batch-invariant,
+        and a product the GEMV takes unfused too (so the fused kernel's sums are its own)."""
         from engine.kernels.overlap import rope_epilogue
 
+        # from 16384 rows on, one row goes to the matrix units or cuBLAS (gemv.launch, gemv._fits)
         return (x.shape[-2] == 1 and self.q_norm is None and ctx.batch is None and ctx.invariant_chunk == 0
-                and rope_epilogue())
+                and self.qkv_proj.out_features < 16384 and rope_epilogue())
 
     def attend_project(self, q: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """Attention of the RoPE'd queries [T, H, D] over the cache, then o_proj."""

@@ -109,9 +109,14 @@ def top_k_scores(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Te
     """(scores, vocabulary indices) of the k best tokens of each row, best first: logits / T,
     top-p's cut set to -inf. `filtered` at those indices, with top-p's sums over k values
     instead of the vocabulary (a cut can differ only at a near-tie of cumulative probability, or
-    where several tokens share the k-th logit exactly)."""
+    where several tokens share the k-th logit exactly: which of them topk keeps is open)."""
     values, index = torch.topk(logits.float() / params.temperature, params.top_k, dim=-1)
     if params.top_p < 1.0:
+        # top-p's sums run in the whole-vocabulary order: by score, then by index among equal
+        # scores (topk leaves their order open); two k-wide sorts
+        index, by_index = index.sort(dim=-1)
+        values, by_score = values.gather(-1, by_index).sort(dim=-1, descending=True, stable=True)
+        index = index.gather(-1, by_score)
         probs = torch.softmax(values, dim=-1)
         before = torch.cumsum(probs, dim=-1) - probs  # mass of the better tokens
         values = values.masked_fill(before >= params.top_p, float("-inf"))
