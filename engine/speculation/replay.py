@@ -44,6 +44,8 @@ class Machine:
     chained: float  # each further draft
     eager: float  # a first step of more than MAX_STEP tokens run op by op (no CUDA graph)
     host: float  # the policy's own time per step (k "auto")
+    block_pass: float = 0.0  # a DFlash drafter's pass, the extra cost of its verify step's states included
+    block_catch_up: float = 0.0  # its catch-up on the states of more than a step's worth of tokens
     noise: float = 0.02  # relative spread of every step's time
     stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
     stall: float = 0.0  # seconds a stall adds to its step
@@ -110,6 +112,15 @@ class DraftModel:
 DRAFT = DraftModel()
 
 
+class BlockDrafter:
+    """A DFlash drafter: one pass drafts a whole block, whatever k (`Machine.block_pass`); one that
+    sat steps out takes the target's states it missed in first (`Machine.block_catch_up`), past a
+    step's worth of them, as DFlashProposer does."""
+
+
+FLASH = BlockDrafter()
+
+
 class Replayed(Proposer):
     """A proposer whose drafts `shape` decides; `model` DRAFT: a draft model (its seeds are
     DraftProposer's, and it catches up on what it missed)."""
@@ -128,19 +139,30 @@ class Replayed(Proposer):
         return self.shape.buckets[position] if position < len(self.shape.buckets) else 0
 
     def drafting_seed(self, k: int, step_cost) -> float:
+        if self.model is FLASH:
+            return 0.5 * step_cost("target")(1)  # DFlashProposer's seed
         return DraftProposer.drafting_seed(self, k, step_cost) if self.model is not None else 0.0
 
     def behind(self, context: list[int]) -> int:
-        return len(context) - 1 - min(self.seen, len(context) - 1) if self.model is not None else 0
+        missed = len(context) - 1 - min(self.seen, len(context) - 1) if self.model is not None else 0
+        if self.model is FLASH:  # up to a step's worth of states goes in within the pass
+            return missed if missed > MAX_STEP else 0
+        return missed
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
+        if self.model is FLASH:
+            return 0.5 * step_cost("target")(1)
         return DraftProposer.catch_up_seed(self, behind, step_cost) if self.model is not None else 0.0
 
     def propose_cost(self, machine: Machine, context: list[int], k: int, accepted: int) -> float:
         """Seconds of proposing k drafts here; a draft model's cache then holds the context and
-        its drafts but the last."""
+        its drafts but the last, a DFlash drafter's the context."""
         if self.model is None:
             return machine.lookup
+        if self.model is FLASH:
+            behind = self.behind(context)
+            self.seen = len(context) - 1
+            return machine.block_pass + (machine.block_catch_up if behind else 0.0)
         unseen = self.behind(context) + 1
         self.seen = len(context) + min(accepted, k - 1)
         if unseen <= MAX_STEP:
