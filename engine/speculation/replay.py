@@ -26,6 +26,7 @@ from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.loop import Step
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import Proposer
+from engine.speculation.proposers.dflash.proposer import CATCH_UP_SHARE
 from engine.speculation.proposers.draft.proposer import CATCH_UP_STEPS, DraftProposer
 from engine.speculation.step_costs import CostTable
 
@@ -151,7 +152,7 @@ class Replayed(Proposer):
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
         if self.model is FLASH:
-            return 0.5 * step_cost("target")(1)
+            return CATCH_UP_SHARE * step_cost("target")(1)  # DFlashProposer's seed
         return DraftProposer.catch_up_seed(self, behind, step_cost) if self.model is not None else 0.0
 
     def propose_cost(self, machine: Machine, context: list[int], k: int, accepted: int) -> float:
