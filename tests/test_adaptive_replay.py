@@ -95,3 +95,20 @@ def test_k_auto_on_a_copy_that_breaks_now_and_then_keeps_drafting_deep(machine):
     shapes = texts(0.0, BROKEN_COPY)
     longest = speed(lambda d, g: Replayed("n-gram", g, 15), shapes, machine)
     assert speed(lambda d, g: Replayed("n-gram", g), shapes, machine) >= 0.97 * longest
+
+
+def test_a_dflash_drafter_that_sat_out_pays_its_catch_up_once():
+    """A block drafter takes a step's worth of missed states in within its pass; past that it
+    catches up first, once, and is then in step with the reply again."""
+    from engine.speculation.replay import FLASH
+
+    machine = replace(H200, block_pass=0.5 * MS, block_catch_up=0.2 * MS)
+    drafter = Replayed("dflash", Shape([1] * 64, [0] * 64), 3, model=FLASH)
+    context = [0] * (1600 + 10)
+    drafter.seen = len(context) - 1 - 16  # a step's worth behind: no catch-up
+    assert drafter.behind(context) == 0
+    assert drafter.propose_cost(machine, context, 3, 0) == pytest.approx(0.5 * MS)
+    context += [0] * 40  # sat out 40 tokens
+    assert drafter.behind(context) == 40
+    assert drafter.propose_cost(machine, context, 15, 0) == pytest.approx(0.7 * MS)  # whatever k
+    assert drafter.behind(context + [0]) == 0
