@@ -15,7 +15,8 @@
 #   profile                where a training step's time goes (2 layers; batch 8, 16, 32, or
 #                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
-#                          step (default 16) at peak learning rate LR (default 6e-4); rerun the line to resume.
+#                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
+#                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume.
 #                          Both prompt sets' replies when short/ was staged (NO_SHORT=1: the new set only).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
@@ -74,7 +75,7 @@ profile)
   done
   ;;
 train)
-  layers=${2:-2}; minutes=${3:-9}; batch=${4:-16}; lr=${5:-6e-4}
+  layers=${2:-2}; minutes=${3:-9}; batch=${4:-8}; lr=${5:-6e-4}
   dir=$(drafter "$layers")
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
   prompts=$DATA/prompts.jsonl; replies=$(ls $DATA/greedy.jsonl $DATA/sampled.jsonl 2>/dev/null)
