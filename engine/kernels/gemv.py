@@ -512,14 +512,14 @@ def norm_linear_rope(x: torch.Tensor, residual: torch.Tensor | None, norm_weight
     of its elements); bit for bit the two kernels' (same sums, same roundings)."""
     n, k = weight.shape
     kvh, d = k_cache.shape[1], k_cache.shape[2]
-    assert x.shape[0] == 1 and n == (num_heads + 2 * kvh) * d
-    q = torch.empty((1, num_heads, d), dtype=x.dtype, device=x.device)
+    assert x.shape[-2] == 1 and n == (num_heads + 2 * kvh) * d  # one token (x may be split partials)
     if folds_norm(x, weight):
         prologue, x = NORM, x.contiguous()
         stream = x if residual is None else torch.empty_like(x)
     else:
         prologue, (x, stream) = PLAIN, add_rms_norm(x, residual, norm_weight, eps, tap)
         residual = tap = None
+    q = torch.empty((1, num_heads, d), dtype=k_cache.dtype, device=x.device)
     block_n, block_k, warps, stages = gemv_config(n, k, prologue)
     _gemv_rope[(triton.cdiv(n, block_n),)](
         x, residual if residual is not None else x, norm_weight, stream, tap if tap is not None else x, weight,
