@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from bench.cpu.policy_replay import LENGTH, MAX_EXTRA, MS, SHAPES, verify_cost
+from bench.cpu.policy_replay import CONVERSATION, LENGTH, MAX_EXTRA, MS, SHAPES, follow, trimmed, verify_cost
 from engine import AUTO
 from engine.speculation.replay import (
     FLASH,
@@ -40,9 +40,6 @@ MACHINE = Machine(verify=verify_cost({1: 1.27, 3: 1.34, 5: 1.42, 9: 1.50, 16: 1.
                   block_pass=0.57 * MS, block_catch_up=0.15 * MS)
 # The drafter agreeing in stretches (stay, enter): a_1 = enter / (1 - stay + enter), a_j = stay.
 FLASH_SHAPES = {"explain": (0.2, 0.8), "edit": (0.15, 0.35), "chat": (0.25, 0.8)}
-CONVERSATION = [[("explain", 256)], [("edit", 256)], [("explain", 256)], [("chat", 120)],
-                [("edit", 60), ("explain", 40), ("edit", 80), ("explain", 40), ("edit", 36)],
-                [("explain", 256)], [("chat", 40)], [("edit", 256)]]
 
 
 def text(kind: str, length: int, seed: int) -> tuple[Shape, Shape]:
@@ -76,8 +73,7 @@ def conversation(replies: int) -> dict[str, float]:
         turns = []
         for i, parts in enumerate(CONVERSATION):
             shapes = [text(kind, n + MAX_EXTRA, seed * 100 + i * 10 + j) for j, (kind, n) in enumerate(parts)]
-            cut = [(Shape(f.buckets[:n], f.runs[:n]), Shape(g.buckets[:n], g.runs[:n]))
-                   for (f, g), (_, n) in zip(shapes, parts)]
+            cut = [(trimmed(f, n), trimmed(g, n)) for (f, g), (_, n) in zip(shapes, parts)]
             flash = joined(*[f for f, _ in cut], shapes[-1][0])
             ngram = joined(*[g for _, g in cut], shapes[-1][1])
             turns.append((flash, ngram, sum(n for _, n in parts)))
@@ -86,13 +82,7 @@ def conversation(replies: int) -> dict[str, float]:
             step_cost = costs(MACHINE)
             kept = None
             for flash, ngram, length in turns:
-                fresh = list(settings(flash, ngram))[index][1]
-                if kept is not None and fresh is not None:  # a chat keeps its proposers and what was learnt
-                    for old, new in zip(kept if isinstance(kept, list) else [kept],
-                                        fresh if isinstance(fresh, list) else [fresh]):
-                        old.shape, old.seen = new.shape, new.seen
-                else:
-                    kept = fresh
+                kept = follow(kept, list(settings(flash, ngram))[index][1])
                 run = replay(MACHINE, kept, length, random.Random(seed), step_cost)
                 seconds[name] = seconds.get(name, 0.0) + run.seconds
     return seconds

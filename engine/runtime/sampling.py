@@ -75,6 +75,11 @@ def gumbel(seed: int | torch.Tensor, noise: int, positions: torch.Tensor, width:
     return -torch.log(-torch.log(uniform(seed, noise, positions, width)))
 
 
+def gumbel_at(seed: int | torch.Tensor, noise: int, positions: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`gumbel` at chosen vocabulary indices only (see `uniform_at`)."""
+    return -torch.log(-torch.log(uniform_at(seed, noise, positions, cols)))
+
+
 def filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits / T with everything outside top-k and top-p set to -inf. [T, V] float32."""
     scores = logits.float() / params.temperature
@@ -138,7 +143,7 @@ def sample(
     seed = params.seed if seeds is None else seeds
     if among_top_k(logits, params):
         values, index = top_k_scores(logits, params)
-        drawn = -torch.log(-torch.log(uniform_at(seed, noise, positions, index)))
+        drawn = gumbel_at(seed, noise, positions, index)
         return index.gather(-1, (values + drawn).argmax(-1, keepdim=True)).squeeze(-1)
     scores = filtered(logits, params)
     return (scores + gumbel(seed, noise, positions, scores.shape[-1])).argmax(-1)
@@ -166,7 +171,7 @@ def accept_tokens(
         # noise it has in the whole vocabulary (the same token, for k-wide work instead of V-wide)
         support = torch.topk(p[:k], params.top_k, dim=-1).indices
         residual = (p[:k].gather(-1, support) - q.gather(-1, support)).clamp_min(0.0)
-        noise = -torch.log(-torch.log(uniform_at(params.seed, RESIDUAL, positions, support)))
+        noise = gumbel_at(params.seed, RESIDUAL, positions, support)
         corrections = support.gather(-1, (torch.log(residual) + noise).argmax(-1, keepdim=True)).squeeze(-1)
     else:
         residual = (p[:k] - q).clamp_min(0.0)

@@ -26,7 +26,7 @@ from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.loop import Step
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import Proposer
-from engine.speculation.proposers.dflash.proposer import CATCH_UP_SHARE
+from engine.speculation.proposers.dflash.proposer import CATCH_UP_SHARE, DRAFTING_SHARE
 from engine.speculation.proposers.draft.proposer import CATCH_UP_STEPS, DraftProposer
 from engine.speculation.step_costs import CostTable
 
@@ -141,7 +141,7 @@ class Replayed(Proposer):
 
     def drafting_seed(self, k: int, step_cost) -> float:
         if self.model is FLASH:
-            return 0.5 * step_cost("target")(1)  # DFlashProposer's seed
+            return DRAFTING_SHARE * step_cost("target")(1)  # DFlashProposer's seed
         return DraftProposer.drafting_seed(self, k, step_cost) if self.model is not None else 0.0
 
     def behind(self, context: list[int]) -> int:

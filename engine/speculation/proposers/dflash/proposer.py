@@ -35,6 +35,8 @@ from engine.speculation.proposers.spec import ProposerOptions
 # Coder-1.5B target, 2-layer drafter) about 0.9 ms of launches, 0.6 of a plain step. A guess
 # for the catch-up of a drafter that sat out until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.6
+# One pass over a block, whatever k: about half a target step until it is timed.
+DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
 # op by op (memory stays bounded in a long reply; the launches come once per HOLD tokens).
 HOLD = 16 * MAX_STEP
@@ -103,8 +105,7 @@ class DFlashProposer(Proposer):
         return CATCH_UP_SHARE * step_cost(self.drafter.target)(1)
 
     def drafting_seed(self, k: int, step_cost) -> float:
-        # one pass over a block, whatever k: about half a target step until it is timed
-        return 0.5 * step_cost(self.drafter.target)(1)
+        return DRAFTING_SHARE * step_cost(self.drafter.target)(1)
 
     def propose(self, context: list[int], k: int) -> DeviceProposal:
         # The context extension runs here, not in observe, so the loop's propose time is the
