@@ -21,6 +21,10 @@
 #            (SPECCHAT_SILU_EPILOGUE) and RoPE in the q/k/v epilogue (SPECCHAT_ROPE_EPILOGUE) off and
 #            on, engine/kernels/overlap.py: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B
 #            shape (SHAPES, SETTINGS="pdl,silu,rope ..." choose)
+#   bg JOB CMD...  CMD in a process session of its own (it outlives the call, and the machine stays
+#            held while calls keep coming), run in a copy of this tree (later calls replace the tree);
+#            its log in /root/stage/bg/JOB.log, its $OUT in /root/stage/bg/JOB.out
+#   wait JOB [SECONDS]  until JOB ends or SECONDS pass (default 580): its log's tail, its files into $OUT
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
@@ -101,6 +105,19 @@ adaptive-steps)
   ;;
 auto-plain)
   SPECCHAT_CACHE=/tmp/sc timeout 300 python3 bench/gpu/auto_plain.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/auto-plain.txt"
+  ;;
+bg)
+  job=$2; shift 2; bg=/root/stage/bg; mkdir -p $bg && rm -rf $bg/$job.tree $bg/$job.out
+  cp -r . $bg/$job.tree && mkdir -p $bg/$job.out
+  (cd $bg/$job.tree && OUT=$bg/$job.out setsid nohup bash -c "$*" > $bg/$job.log 2>&1 < /dev/null &
+   echo $! > $bg/$job.pid)
+  sleep 1; echo "$job started: $*"
+  ;;
+wait)
+  bg=/root/stage/bg; pid=$(cat $bg/$2.pid)
+  timeout "${3:-580}" tail --pid="$pid" -f /dev/null
+  if kill -0 "$pid" 2>/dev/null; then echo "$2 still running"; else echo "$2 done"; fi
+  tail -n "${LINES:-40}" $bg/$2.log; cp -r $bg/$2.out/. "$OUT/" 2>/dev/null
   ;;
 inspector)
   for round in $(seq 1 "${ROUNDS:-2}"); do
