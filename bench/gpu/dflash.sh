@@ -16,8 +16,7 @@
 #                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
-#                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume
-#                          (TRAIN_TIMEOUT: seconds, default 595, for a run in `session.sh bg`).
+#                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume.
 #                          Both prompt sets' replies when short/ was staged (NO_SHORT=1: the new set only).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
@@ -29,13 +28,8 @@
 #   costs LAYERS           where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py)
 set -uo pipefail
-export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=${SPECCHAT_CACHE:-/root/stage/cache}
-OUT=${OUT:-bench/out}
-mkdir -p "$OUT" && OUT=$(realpath "$OUT")
-if [ -d /root/stage/whl ]; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl 2>/dev/null
-fi
-export PYTHONPATH=/tmp/site:.
+source bench/gpu/common.sh
+case "$1" in profile|bench|costs) quiet_gpu || exit 3;; esac
 name=qwen2.5-coder-1.5b
 DATA=${DATA:-/root/stage/data}
 drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
@@ -84,7 +78,7 @@ train)
     prompts=$DATA/all-prompts.jsonl; cat $DATA/prompts.jsonl $DATA/short-prompts.jsonl > $prompts
     replies="$replies $DATA/short-greedy.jsonl $DATA/short-sampled.jsonl"
   fi
-  timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
+  timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
     --prompts $prompts --replies $replies \
     --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8

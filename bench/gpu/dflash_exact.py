@@ -1,6 +1,8 @@
 """Exactness with a trained DFlash drafter: float32 target and drafter on the GPU, every reply of
-DFlash at several k (auto among them), greedy and sampled, token for token against plain decoding
-of the same model, on the bench's prompts and held-out ones. In float32 no near-tie of bf16
+DFlash at several k (auto among them), and proposer and k switching every step between DFlash and
+n-gram (plain steps among them: a drafter that sits steps out must catch up exactly), greedy and
+sampled, token for token against plain decoding of the same model, on the bench's prompts and
+held-out ones. In float32 no near-tie of bf16
 rounding can part them, so any difference is a bug. Prints one line per case and a verdict;
 exits non-zero on a difference.
 
@@ -14,11 +16,52 @@ import json
 import sys
 from pathlib import Path
 
-from engine import AUTO, DFlashProposer, SamplingParams, generate, load_drafter, load_model
+from engine import (
+    AUTO,
+    AutoProposer,
+    DFlashProposer,
+    Generation,
+    NgramProposer,
+    SamplingParams,
+    generate,
+    load_drafter,
+    load_model,
+)
+from engine.speculation.adaptive import Choice
 from specchat.bench.prompts import builtin_prompts
 
-KS = [1, 4, 15, AUTO]
+SWITCHING = "switching"
+KS = [1, 4, 15, AUTO, SWITCHING]
+# k a step for the switching case, 0 a plain step: runs of sitting out longer than a step's worth
+# make the drafter catch up op by op
+SWITCH_KS = [15, 0, 3, 0, 0, 0, 7, 1, 15, 0, 0, 2]
 SAMPLINGS = {"greedy": {}, "sampled": {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "seed": 3}}
+
+
+class Switching:
+    """A policy that takes DFlash and n-gram in turn with k from SWITCH_KS, whatever they earn."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def choose(self, proposers, context, limit):
+        i, self.steps = self.steps, self.steps + 1
+        proposer = proposers[(i // 3) % len(proposers)]
+        k = min(SWITCH_KS[i % len(SWITCH_KS)], limit, proposer.max_k)
+        return Choice(proposer if k else None, k)
+
+    def record(self, choice, step, proposers):
+        pass
+
+
+def reply(target, ids, sampling, stop, drafter, k):
+    if k != SWITCHING:
+        return generate(target, ids, sampling, stop_ids=stop, speculative=DFlashProposer(drafter, k=k))
+    proposer = AutoProposer([DFlashProposer(drafter, k=AUTO), NgramProposer(k=AUTO)])
+    gen = Generation(target, ids, sampling, stop, proposer, policy=Switching())
+    for _ in gen:
+        pass
+    return gen
 
 
 def main() -> None:
@@ -44,12 +87,12 @@ def main() -> None:
         for name, ids in prompts.items():
             plain = generate(target, ids, sampling, stop_ids=stop).tokens
             for k in KS:
-                result = generate(target, ids, sampling, stop_ids=stop, speculative=DFlashProposer(drafter, k=k))
+                result = reply(target, ids, sampling, stop, drafter, k)
                 same = result.tokens == plain
                 differences += not same
                 at = next((i for i, (a, b) in enumerate(zip(result.tokens, plain)) if a != b), None)
                 tau = result.metrics.tokens / max(result.metrics.steps, 1)
-                print(f"{sampling_name:8} {name:12} k={k!s:5} tokens {len(plain):4d}  tokens/step {tau:5.2f}  "
+                print(f"{sampling_name:8} {name:12} k={k!s:9} tokens {len(plain):4d}  tokens/step {tau:5.2f}  "
                       f"same text: {'yes' if same else f'NO (token {at})'}")
     print(f"\nfloat32, {len(prompts)} prompts x {len(KS)} k x {len(SAMPLINGS)} samplings: "
           f"{'every reply equals plain decoding' if not differences else f'{differences} replies differ'}")

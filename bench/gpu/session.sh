@@ -23,16 +23,16 @@
 #            shape (SHAPES, SETTINGS="pdl,silu,rope ..." choose)
 #   bg JOB CMD...  CMD in a process session of its own (it outlives the call, and the machine stays
 #            held while calls keep coming), run in a copy of this tree (later calls replace the tree);
-#            its log in /root/stage/bg/JOB.log, its $OUT in /root/stage/bg/JOB.out
+#            its log in /root/stage/bg/JOB.log, its $OUT in /root/stage/bg/JOB.out. For work that
+#            needs no quiet GPU (tests while packs are staged); timing subcommands refuse to run
+#            while another process holds GPU memory (common.sh's quiet_gpu)
 #   wait JOB [SECONDS]  until JOB ends or SECONDS pass (default 580): its log's tail, its files into $OUT
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
-export PYTHONUNBUFFERED=1 SPECCHAT_CACHE=/root/stage/cache
-OUT=${OUT:-bench/out}
-mkdir -p "$OUT" && OUT=$(realpath "$OUT")
-python3 -m pip install -q --no-index --no-deps --target /tmp/site /root/stage/whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site:.
+export SPECCHAT_CACHE=/root/stage/cache
+source bench/gpu/common.sh
+case "$1" in steps-ab|pdl|batch|batch-runs|chat|adaptive|adaptive-steps|auto-plain|inspector) quiet_gpu || exit 3;; esac
 name=qwen2.5-coder-1.5b
 file=$name-instruct-q4_k_m.gguf
 case "$1" in
@@ -107,16 +107,15 @@ auto-plain)
   SPECCHAT_CACHE=/tmp/sc timeout 300 python3 bench/gpu/auto_plain.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/auto-plain.txt"
   ;;
 bg)
-  job=$2; shift 2; bg=/root/stage/bg; mkdir -p $bg && rm -rf $bg/$job.tree $bg/$job.out
+  job=$2; shift 2; bg=/root/stage/bg; mkdir -p $bg && rm -rf $bg/$job.tree $bg/$job.out $bg/$job.rc
   cp -r . $bg/$job.tree && mkdir -p $bg/$job.out
-  (cd $bg/$job.tree && OUT=$bg/$job.out setsid nohup bash -c "$*" > $bg/$job.log 2>&1 < /dev/null &
-   echo $! > $bg/$job.pid)
+  (cd $bg/$job.tree && OUT=$bg/$job.out setsid nohup bash -c "( $* ); echo \$? > $bg/$job.rc" > $bg/$job.log 2>&1 < /dev/null &)
   sleep 1; echo "$job started: $*"
   ;;
-wait)
-  bg=/root/stage/bg; pid=$(cat $bg/$2.pid)
-  timeout "${3:-580}" tail --pid="$pid" -f /dev/null
-  if kill -0 "$pid" 2>/dev/null; then echo "$2 still running"; else echo "$2 done"; fi
+wait)  # the job's own end marker: a later call cannot see the job's process
+  bg=/root/stage/bg; waited=0
+  while [ ! -f $bg/$2.rc ] && [ "$waited" -lt "${3:-580}" ]; do sleep 2; waited=$((waited + 2)); done
+  if [ -f $bg/$2.rc ]; then echo "$2 done (exit $(cat $bg/$2.rc))"; else echo "$2 still running after $waited s"; fi
   tail -n "${LINES:-40}" $bg/$2.log; cp -r $bg/$2.out/. "$OUT/" 2>/dev/null
   ;;
 inspector)
