@@ -16,7 +16,8 @@
 #                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
-#                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume.
+#                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume
+#                          (TRAIN_TIMEOUT: seconds, default 595; longer for a run in `session.sh bg`).
 #                          Both prompt sets' replies when short/ was staged (NO_SHORT=1: the new set only).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
@@ -78,7 +79,7 @@ train)
     prompts=$DATA/all-prompts.jsonl; cat $DATA/prompts.jsonl $DATA/short-prompts.jsonl > $prompts
     replies="$replies $DATA/short-greedy.jsonl $DATA/short-sampled.jsonl"
   fi
-  timeout 595 python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
+  timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
     --prompts $prompts --replies $replies \
     --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1 \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
