@@ -1,7 +1,9 @@
 """Where a DFlash step's time goes, host against device: the drafter's pass and the target's
 verify step with and without the drafter's states, each timed three ways over 50 calls in a row:
 the host's time to issue a call (nothing waited for), the wall time per call (the slower of host
-and device sets it), and the device's own time from the profiler's kernels. A call whose wall
+and device sets it), and the device's own time from the profiler's kernels. The drafter's pass
+is timed taking in 1, 16, 32 and 128 new tokens' states: past 16, a drafter that sat steps out
+catching up. A call whose wall
 time is its host time leaves the GPU waiting; one whose wall time is its kernels' is bound by
 the GPU. Then the generation loop's own figures for DFlash k = 3 beside n-gram k = 3 (propose and
 verify ms a step), which the bench reports.
@@ -31,6 +33,7 @@ from engine import (
 from specchat.bench.prompts import builtin_prompts
 
 CALLS = 50
+CATCH_UPS = (16, 32, 128)  # states taken in by one pass: a step's worth, then after steps sat out
 GREEDY = SamplingParams(max_tokens=128)
 
 
@@ -67,19 +70,22 @@ def main() -> None:
     ids = [(37 * i + 11) % 30000 + 100 for i in range(args.context)]
     rows = []
 
-    # the drafter's pass: one new token's states taken in, a block drafted
+    # the drafter's pass: new tokens' states taken in, a block drafted. Up to a step's worth go in
+    # within the pass's graph (after a drafting step); more are a drafter that sat steps out and
+    # takes them in first (the catch-up the adaptive policy prices, seeded at CATCH_UP_SHARE of a
+    # plain step until it has timed one)
     target.state_layers = drafter.state_layers
     seq = target.new_sequence()
     states = target.forward(seq, torch.tensor(ids, device=target.device))[1]
     drafter.clear()
-    drafter.extend(states[:-1])
-    one = states[-1:]
-
-    def drafter_pass():
-        drafter.draft([one], 7)
-        drafter.seq.truncate(drafter.seq.length - 1)  # the context stays as long
-
-    rows.append(("drafter pass (1 new state, block of 16)", *timed(drafter_pass)))
+    drafter.extend(states[:-CATCH_UPS[-1]])
+    base = drafter.seq.length
+    for new in (1, *CATCH_UPS):
+        def drafter_pass(new=new):
+            drafter.draft([states[-new:]], 7)
+            drafter.seq.truncate(base)  # the context stays as long
+        label = f"drafter pass ({new} new state{'s' if new > 1 else ''}, block of 16)"
+        rows.append((label, *timed(drafter_pass)))
 
     # the target's verify step of 4 tokens (k = 3), with and without the drafter's states
     for layers, label in ((drafter.state_layers, "verify step of 4, with states"), ((), "verify step of 4, plain")):
