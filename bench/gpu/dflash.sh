@@ -12,8 +12,9 @@
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there)
-#   profile                where a training step's time goes (2 layers; batch 8, 16, 32, or
-#                          BATCHES="16 32"; the largest CUDA kernels of batch 16), before training
+#   profile [LAYERS]       where a training step's time goes (2 layers unless LAYERS; batch 8, 16, 32,
+#                          or BATCHES="16 32"; the largest CUDA kernels of batch 16), before training;
+#                          SHAPE=qwen2.5-1.5b: that shape's random weights, no pack needed (while staging)
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
 #                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume
@@ -64,10 +65,11 @@ data)
   gzip -c $DATA/greedy.jsonl > "$OUT/greedy.jsonl.gz"; gzip -c $DATA/sampled.jsonl > "$OUT/sampled.jsonl.gz"
   ;;
 profile)
+  model=$name; [ -n "${SHAPE:-}" ] && model="$SHAPE --random"
   for batch in ${BATCHES:-8 16 32}; do
     trace=""; [ "$batch" = 16 ] && trace="--trace 12"
-    timeout 200 python3 bench/gpu/dflash_step_profile.py $name $DATA/prompts.jsonl $DATA/greedy.jsonl \
-      --layers 2 --batch-size $batch --anchors 256 --steps 10 $trace 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -24
+    timeout 200 python3 bench/gpu/dflash_step_profile.py $model $DATA/prompts.jsonl $DATA/greedy.jsonl \
+      --layers "${2:-2}" --batch-size $batch --anchors 256 --steps 10 $trace 2>&1 | grep -v "Warn\|warn\|tokenizer" | tail -24
   done
   ;;
 train)

@@ -4,6 +4,11 @@ Timed with CUDA events (or the clock on the CPU) over a few steps after warm-up;
 
     python bench/gpu/dflash_step_profile.py qwen2.5-coder-1.5b PROMPTS REPLIES [--layers 2] \
         [--batch-size 4] [--anchors 256] [--steps 10]
+
+With --random, MODEL names a shape (qwen2.5-1.5b, ...) with random weights and no pack is needed:
+the samples keep the lengths of the real ones (each reply's token count, its prompt's characters
+at CHARS_PER_TOKEN) with random token ids, so the step costs what a real one does (its speed
+does not depend on the values), and a machine can time drafters while the pack is still staged.
 """
 
 from __future__ import annotations
@@ -14,11 +19,29 @@ import time
 
 import torch
 
-from engine import load_model
+from engine import load_model, random_model
+from engine.network.config import preset
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
-from engine.speculation.proposers.dflash.training.data import read_samples
+from engine.speculation.proposers.dflash.training.data import read_jsonl, read_samples
 from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
-from engine.speculation.proposers.dflash.training.trainer import ANCHOR_STEP, Trainer, TrainSettings
+from engine.speculation.proposers.dflash.training.trainer import ANCHOR_STEP, Sample, Trainer, TrainSettings
+
+CHARS_PER_TOKEN = 3.3  # Python source through the Qwen2.5 tokenizer, with the chat template's few tokens
+
+
+def shaped_samples(target, prompts: str, replies: list[str], count: int) -> list[Sample]:
+    """Samples with the real ones' lengths and random token ids (for a random-weight target)."""
+    chars = {p["id"]: sum(len(m["content"]) for m in p["messages"]) for p in read_jsonl(prompts) if "messages" in p}
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for path in replies:
+        for reply in read_jsonl(path):
+            if len(out) == count:
+                return out
+            prompt = int(chars[reply["id"]] / CHARS_PER_TOKEN) + 20
+            n = prompt + len(reply["tokens"])
+            out.append(Sample(torch.randint(0, target.config.vocab_size - 1, (n,), generator=g).tolist(), prompt))
+    return out
 
 
 class Clock:
@@ -55,9 +78,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--trace", type=int, default=0, metavar="N",
                    help="after the timed steps, profile two more and print the N kernels of most device time")
+    p.add_argument("--random", action="store_true",
+                   help="MODEL is a shape with random weights; the samples keep the real ones' lengths")
     args = p.parse_args()
-    target = load_model(args.model, max_context=args.max_length + 16)
-    samples = read_samples(target, args.prompts, args.replies)[: 64 * args.batch_size]
+    count = 64 * args.batch_size
+    if args.random:
+        cuda = torch.cuda.is_available()
+        target = random_model(preset(args.model), device="cuda" if cuda else "cpu",
+                              dtype=torch.bfloat16 if cuda else torch.float32, max_context=args.max_length + 16)
+        samples = shaped_samples(target, args.prompts, args.replies, count)
+    else:
+        target = load_model(args.model, max_context=args.max_length + 16)
+        samples = read_samples(target, args.prompts, args.replies)[:count]
     settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
                              max_length=args.max_length, steps=10**6)
     trainer = Trainer(target, samples, settings, "/tmp/dflash-profile")
