@@ -191,6 +191,17 @@ def test_the_written_drafter_is_in_zlab_format(corpus, tmp_path):
     assert names == set(zlab_weight_shapes(trainer.drafter.config))
 
 
+def test_a_trained_drafter_brings_what_its_training_measured(corpus, tmp_path):
+    target, samples, _ = corpus
+    trainer = Trainer(target, samples, settings(steps=4), tmp_path / "d")
+    trainer.run()
+    drafter = load_drafter(str(tmp_path / "d"), target)
+    assert len(drafter.measured) == BLOCK - 1 and all(0.0 < a < 1.0 for a in drafter.measured)
+    assert DFlashProposer(drafter).known_acceptance() == drafter.measured  # k auto starts from it
+    (tmp_path / "d" / "training" / "history.json").unlink()  # copied without its run: nothing known
+    assert load_drafter(str(tmp_path / "d"), target).measured is None
+
+
 def test_resume_without_a_checkpoint_says_so(corpus, tmp_path):
     target, samples, _ = corpus
     with pytest.raises(EngineError, match="nothing to resume"):

@@ -8,7 +8,7 @@ time, each further one about a fifth; the edit: 1.35 tokens a step at k 15). The
 policy_replay's. Rows: each proposer at fixed k and at k auto, proposer auto over both; then the
 conversation.
 
-    PYTHONPATH=. python bench/cpu/policy_replay_dflash.py [--replies 40] [--drafter eighth|ninth]
+    PYTHONPATH=. python bench/cpu/policy_replay_dflash.py [--replies 40] [--drafter eighth|ninth] [--no-known]
 """
 
 from __future__ import annotations
@@ -49,6 +49,13 @@ DRAFTERS = {
 }
 
 
+# What a drafter's own training measured of it (engine/speculation/proposers/dflash/files.py,
+# measured_acceptance), which k auto starts from and leans on: the eighth run's, from its last 50
+# training steps (bench/results/session-8/history-l2-long.json), the only run whose history came
+# back; it is more hopeful than the drafters' serving on the explanation. --no-known: none.
+KNOWN = [0.67, 0.56, 0.46, 0.38, 0.33, 0.34, 0.35, 0.37, 0.33, 0.13, 0.02, 0.02, 0.02, 0.02, 0.02]
+
+
 def text(kind: str, length: int, seed: int, shapes: dict) -> tuple[Shape, Shape]:
     """(the drafter's shape, the n-gram proposer's) of `length` tokens of one kind of text."""
     rng = random.Random(seed)
@@ -56,25 +63,25 @@ def text(kind: str, length: int, seed: int, shapes: dict) -> tuple[Shape, Shape]
     return agreeing(length, stay, enter, rng), copying(length, SHAPES[kind, "greedy"][1], rng)
 
 
-def settings(flash: Shape, ngram: Shape):
+def settings(flash: Shape, ngram: Shape, known: list[float] | None):
     yield "plain", None
     for name, shape, model in (("n-gram", ngram, None), ("dflash", flash, FLASH)):
         for k in [*KS, AUTO]:
-            yield f"{name} k={k}", Replayed(name, shape, k, model)
-    yield "auto / auto", [Replayed("n-gram", ngram), Replayed("dflash", flash, model=FLASH)]
+            yield f"{name} k={k}", Replayed(name, shape, k, model, known if model is FLASH else None)
+    yield "auto / auto", [Replayed("n-gram", ngram), Replayed("dflash", flash, model=FLASH, known=known)]
 
 
-def rows_of(kind: str, replies: int, shapes: dict) -> dict[str, float]:
+def rows_of(kind: str, replies: int, shapes: dict, known: list[float] | None) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for seed in range(replies):
         flash, ngram = text(kind, LENGTH + MAX_EXTRA, seed, shapes)
-        for name, proposer in settings(flash, ngram):
+        for name, proposer in settings(flash, ngram, known):
             run = replay(MACHINE, proposer, LENGTH, random.Random(seed))
             seconds[name] = seconds.get(name, 0.0) + run.seconds
     return {name: replies * LENGTH / s for name, s in seconds.items()}
 
 
-def conversation(replies: int, shapes: dict) -> dict[str, float]:
+def conversation(replies: int, shapes: dict, known: list[float] | None) -> dict[str, float]:
     seconds: dict[str, float] = {}
     for seed in range(replies):
         turns = []
@@ -84,12 +91,12 @@ def conversation(replies: int, shapes: dict) -> dict[str, float]:
             flash = joined(*[f for f, _ in cut], texts[-1][0])
             ngram = joined(*[g for _, g in cut], texts[-1][1])
             turns.append((flash, ngram, sum(n for _, n in parts)))
-        names = [name for name, _ in settings(*turns[0][:2])]
+        names = [name for name, _ in settings(*turns[0][:2], known)]
         for index, name in enumerate(names):
             step_cost = costs(MACHINE)
             kept = None
             for flash, ngram, length in turns:
-                kept = follow(kept, list(settings(flash, ngram))[index][1])
+                kept = follow(kept, list(settings(flash, ngram, known))[index][1])
                 run = replay(MACHINE, kept, length, random.Random(seed), step_cost)
                 seconds[name] = seconds.get(name, 0.0) + run.seconds
     return seconds
@@ -100,12 +107,13 @@ def main() -> None:
     p.add_argument("--replies", type=int, default=40)
     p.add_argument("--drafter", choices=sorted(DRAFTERS), default="eighth",
                    help="whose acceptance the drafter's shapes follow (default: the eighth run's)")
+    p.add_argument("--no-known", action="store_true", help="k auto knows nothing of the drafter at first")
     args = p.parse_args()
-    shapes = DRAFTERS[args.drafter]
+    shapes, known = DRAFTERS[args.drafter], None if args.no_known else KNOWN
     print("| prompt | plain tok/s | n-gram best fixed | n-gram auto | dflash best fixed | dflash auto | auto / auto |")
     print("|---|---|---|---|---|---|---|")
     for kind in ("edit", "explain", "chat"):
-        rows = rows_of(kind, args.replies, shapes)
+        rows = rows_of(kind, args.replies, shapes, known)
         plain = rows["plain"]
         cells = []
         for who in ("n-gram", "dflash"):
@@ -113,7 +121,7 @@ def main() -> None:
             best = max(fixed, key=fixed.get)
             cells += [f"{best.split('=')[1]}: {fixed[best] / plain:.3f}x", f"{rows[f'{who} k=auto'] / plain:.3f}x"]
         print(f"| {kind} | {plain:.1f} | " + " | ".join(cells) + f" | {rows['auto / auto'] / plain:.3f}x |")
-    seconds = conversation(args.replies, shapes)
+    seconds = conversation(args.replies, shapes, known)
     fixed = {n: s for n, s in seconds.items() if "auto" not in n}
     best = min(fixed, key=fixed.get)
     print(f"\nconversation: best fixed {best} {fixed[best]:.3f} s; n-gram auto {fixed[best] / seconds['n-gram k=auto']:.3f}x, "

@@ -10,6 +10,11 @@ is trusted with long drafts as soon as its first drafts land. That lean weighs a
 of evidence (LEAN), and a_1 of a proposer nothing is known of starts as a step at the prior
 (START_WEIGHT), fading with the text's steps: one or two lucky drafts do not yet make a proposer
 that is right fifteen drafts deep, nor one or two misses a proposer that is never right.
+
+A proposer that carries a measurement of itself (a DFlash drafter's training: `known`) starts
+from it instead, and every position leans on it with KNOWN_WEIGHT steps' worth: a few misses by
+chance then do not take a drafter known to be good under its break-even, where it would sit out
+and, learning nothing while out, stay out.
 """
 
 from __future__ import annotations
@@ -22,14 +27,17 @@ PRIOR_WEIGHT = 0.25  # a_1's pull towards PRIOR, in steps' worth of evidence
 START_WEIGHT = 1.0  # steps' worth of PRIOR in a_1 of a proposer nothing is known of, fading
 LEAN = 1.0  # a deeper position's pull towards the one before it, in steps' worth of evidence
 SETTLED = 0.5 / (1 - FADE)  # steps' worth of recent evidence (half the fade's window) past which a share is settled
+KNOWN_WEIGHT = 3.0  # steps' worth of a proposer's own measurement in each a_j (a quarter of the fade's memory)
 
 
 class Acceptance:
-    def __init__(self, fade: float = FADE):
+    def __init__(self, fade: float = FADE, known: list[float] | None = None):
         self.fade = fade
+        self.known = None if known is None else [known[min(j, len(known) - 1)] for j in range(MAX_K)]
         self.reached = [0.0] * MAX_K  # weighted steps whose drafts 1..j-1 were all accepted
         self.kept = [0.0] * MAX_K  # ... and draft j too
-        self.reached[0], self.kept[0] = START_WEIGHT, START_WEIGHT * PRIOR  # fades like the text's steps
+        start = PRIOR if self.known is None else self.known[0]
+        self.reached[0], self.kept[0] = START_WEIGHT, START_WEIGHT * start  # fades like the text's steps
         self._tokens: dict[float, list[float]] = {}  # tokens(optimism), until the next record
         self.explored = self.count_explored()
 
@@ -54,9 +62,14 @@ class Acceptance:
         recent evidence raised by z standard errors of a share measured on it, sqrt(a (1 - a) /
         (reached + 1)), at most 1: as much as a position drafted little of late might be better
         than it looks. A settled one is not: drafts that keep missing stop being tried."""
-        out, prior, weight = [], PRIOR, PRIOR_WEIGHT
-        for reached, kept in zip(self.reached, self.kept):
+        out, prior, weight, level = [], PRIOR, PRIOR_WEIGHT, 1.0
+        for j, (reached, kept) in enumerate(zip(self.reached, self.kept)):
+            if self.known is not None:  # the proposer's own measurement of this position, at the
+                # level the first draft's evidence shows now (deeper ones are seldom reached)
+                prior, weight = min(0.98, self.known[j] * level), KNOWN_WEIGHT
             prior = (kept + weight * prior) / (reached + weight)
+            if j == 0 and self.known is not None:
+                level = prior / self.known[0]
             raised = prior
             if optimism and reached < SETTLED:
                 raised += optimism * (prior * (1.0 - prior) / (reached + 1.0)) ** 0.5

@@ -11,7 +11,10 @@ a plain step and back to copying wins. (At R = the best speed a reply can keep, 
 of most E - R * seconds is the one that keeps it.) In a reply's last steps the time saved writes
 no more of it: there R is plain decoding's. Acceptance is estimated per proposer and per the
 proposer's own reading of the context (its `bucket`: the n-gram proposer's match length), costs
-from the run's own steps (step_costs.py).
+from the run's own steps (step_costs.py). A proposer that carries a measurement of itself (a
+DFlash drafter trained here: what its training saw it keep) starts from that and leans on it
+(acceptance.py, `known`), so a run of misses by chance does not send a drafter known to be good
+out, where nothing it sees would bring it back.
 
 Past the positions it has recent evidence of, a proposer's curve is the shallower positions'
 word only: one whose drafts cost time (a draft model) goes at most twice as deep as it has seen,
@@ -127,11 +130,12 @@ class Estimates:
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
         self.catch_up = CostTable(lambda n: proposer.catch_up_seed(n, step_cost))
         self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
+        self.known = proposer.known_acceptance()  # each bucket's estimates start from it
 
     def acceptance(self, bucket: int) -> Acceptance:
         found = self.buckets.get(bucket)
         if found is None:
-            found = self.buckets[bucket] = Acceptance()
+            found = self.buckets[bucket] = Acceptance(known=self.known)
         return found
 
     def catching_up(self, behind: int) -> float:

@@ -126,14 +126,18 @@ class Replayed(Proposer):
     """A proposer whose drafts `shape` decides; `model` DRAFT: a draft model (its seeds are
     DraftProposer's, and it catches up on what it missed)."""
 
-    def __init__(self, name: str, shape: Shape, k: int | str = AUTO, model: object = None):
+    def __init__(self, name: str, shape: Shape, k: int | str = AUTO, model: object = None,
+                 known: list[float] | None = None):
         super().__init__(k)
-        self.name, self.shape, self.model = name, shape, model
+        self.name, self.shape, self.model, self.known = name, shape, model, known
         self.bucket_follows_text = model is None  # an n-gram proposer's match changes with the text
         self.seen = PROMPT  # the draft model's cache holds this much of the context (primed)
 
     def at(self, context: list[int]) -> int:
         return len(context) - PROMPT
+
+    def known_acceptance(self) -> list[float] | None:
+        return self.known  # a DFlash drafter's training measurement, when the replay gives one
 
     def bucket(self, context: list[int]) -> int:
         position = self.at(context)

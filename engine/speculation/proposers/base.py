@@ -77,6 +77,11 @@ class Proposer:
         the length of its match); 0 when there is nothing to propose."""
         return 1
 
+    def known_acceptance(self) -> list[float] | None:
+        """a_1.. of this proposer as something it carries measured (a DFlash drafter's own
+        training), which its acceptance estimates start from and lean on; None: nothing known."""
+        return None
+
     def drafting_seed(self, k: int, step_cost) -> float:
         """A first guess of the seconds drafting k tokens takes, before any were timed;
         step_cost(model) gives a model's table of step costs."""

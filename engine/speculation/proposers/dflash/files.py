@@ -20,6 +20,30 @@ from engine.speculation.proposers.dflash.network import (
     zlab_weight_shapes,
 )
 
+TRAINING = "training"  # a trained drafter's run, beside its weights: checkpoint and history.json
+MEASURED_STEPS = 50  # the training's last steps whose acceptance a loaded drafter starts from
+
+
+def measured_acceptance(folder: Path, block_size: int) -> list[float] | None:
+    """What its own training measured of a drafter trained here: a_j, the chance that draft j is
+    kept given drafts 1..j-1 were, for j = 1..block_size-1, from the acceptance curves of the
+    run's last steps (training/history.json: the share of blocks whose drafts 1..j were all
+    right); None for a drafter without that history (z-lab's, or one copied without it)."""
+    try:
+        rows = json.loads((folder / TRAINING / "history.json").read_text())["history"][-MEASURED_STEPS:]
+        curves = [row[5] for row in rows if len(row[5]) == block_size - 1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    if not curves:
+        return None
+    shares = [sum(c[j] for c in curves) / len(curves) for j in range(block_size - 1)]
+    rates, before = [], 1.0
+    for share in shares:
+        rate = share / before if before > 1e-6 else (rates[-1] if rates else 0.0)
+        rates.append(min(0.98, max(0.02, rate)))
+        before = share
+    return rates
+
 
 def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     """A DFlash drafter in z-lab's format (local directory or hub id), bound to `target`:
@@ -46,6 +70,7 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     drafter.load_zlab_state({k: v.to(target.dtype) for k, v in tensors.items()})
     drafter.eval()
     drafter.name = Path(path_or_hub_id.rstrip("/")).name
+    drafter.measured = measured_acceptance(path, cfg.block_size)
     drafter.bind(target, target.max_context)
     return drafter
 

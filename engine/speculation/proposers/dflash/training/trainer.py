@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.speculation.proposers.dflash.files import drafter_config, save_drafter
+from engine.speculation.proposers.dflash.files import TRAINING, drafter_config, save_drafter
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.checkpoint import load_checkpoint, save_checkpoint
@@ -33,7 +33,7 @@ from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 from engine.speculation.proposers.dflash.training.start import random_start, target_start
 
-CHECKPOINTS = "training"  # the checkpoint's folder inside the drafter's
+CHECKPOINTS = TRAINING  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
 # A batch's length and block count are rounded up to these, so that steps come in a few shapes:
 # cuDNN's attention builds a graph for every new shape and keeps it, and with a new length each
