@@ -158,6 +158,9 @@ class DFlashDrafter(nn.Module):
 
     Bound to one target (`bind`): the target's embed_tokens and lm_head are used, never copied."""
 
+    # a_1.. its own training measured, when it was trained here (files.measured_acceptance)
+    measured: list[float] | None = None
+
     def __init__(self, cfg: DFlashConfig):
         super().__init__()
         s = cfg.shape

@@ -105,8 +105,7 @@ class DFlashProposer(Proposer):
         return CATCH_UP_SHARE * step_cost(self.drafter.target)(1)
 
     def known_acceptance(self) -> list[float] | None:
-        # what the drafter's training measured, when it was trained here (files.measured_acceptance)
-        return getattr(self.drafter, "measured", None)
+        return self.drafter.measured
 
     def drafting_seed(self, k: int, step_cost) -> float:
         return DRAFTING_SHARE * step_cost(self.drafter.target)(1)
