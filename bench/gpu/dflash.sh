@@ -102,7 +102,7 @@ bench)
   ;;
 costs)
   timeout 200 python3 bench/gpu/dflash_costs.py $name "$(drafter "$2")" 2>&1 | grep -v "Warn\|warn\|regex" \
-    | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -12
+    | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -16
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \
