@@ -9,23 +9,16 @@ from dataclasses import replace
 import pytest
 
 from engine import AUTO
-from engine.speculation.replay import DRAFT, Machine, Replayed, Shape, agreeing, copying, replay
+from engine.speculation.replay import DRAFT, Machine, Replayed, Shape, agreeing, copying, replay, verify_cost
 
 MS = 1e-3
 LENGTH = 256
 REPLIES = 8
 
 
-def h200_verify(n: int) -> float:
-    points = {1: 1.47, 2: 1.62, 8: 1.68, 16: 1.84}
-    lo = max(p for p in points if p <= n)
-    hi = min((p for p in points if p >= n), default=16)
-    return MS * (points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
-
-
 # no policy host time: the figures are the policy's choices alone
-H200 = Machine(verify=h200_verify, decode=1.47 * MS, lookup=0.05 * MS, first=1.1 * MS, chained=0.78 * MS,
-               eager=18 * MS, host=0.0)
+H200 = Machine(verify=verify_cost({1: 1.47, 2: 1.62, 8: 1.68, 16: 1.84}), decode=1.47 * MS, lookup=0.05 * MS,
+               first=1.1 * MS, chained=0.78 * MS, eager=18 * MS, host=0.0)
 # and with the host stalling in 2% of the steps for three plain steps' time, as GPU runs do
 STALLING = replace(H200, stalls=0.02, stall=3 * 1.47 * MS)
 NO_MATCH = {0: (1.0, 0, 0)}

@@ -10,7 +10,7 @@ import pytest
 from engine import AUTO
 from engine.speculation.acceptance import Acceptance, expected_curve
 from engine.speculation.proposers.dflash.files import measured_acceptance
-from engine.speculation.replay import FLASH, Machine, Replayed, agreeing, replay
+from engine.speculation.replay import FLASH, Machine, Replayed, agreeing, replay, verify_cost
 
 MS = 1e-3
 
@@ -60,17 +60,9 @@ def test_without_a_measurement_the_start_is_the_neutral_prior():
 
 # The H200's step costs with a DFlash drafter (eighth run: plain 1.27 ms, a pass 0.57 with its
 # states, the verify steps by length), no host time: the policy's choices alone
-VERIFY = {1: 1.27, 3: 1.34, 5: 1.42, 9: 1.50, 16: 1.61}
-
-
-def verify(n: int) -> float:
-    lo = max(p for p in VERIFY if p <= n)
-    hi = min((p for p in VERIFY if p >= n), default=16)
-    return MS * (VERIFY[lo] if hi == lo else VERIFY[lo] + (VERIFY[hi] - VERIFY[lo]) * (n - lo) / (hi - lo))
-
-
-MACHINE = Machine(verify=verify, decode=1.25 * MS, lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0,
-                  host=0.0, block_pass=0.57 * MS, block_catch_up=0.15 * MS)
+MACHINE = Machine(verify=verify_cost({1: 1.27, 3: 1.34, 5: 1.42, 9: 1.50, 16: 1.61}), decode=1.25 * MS,
+                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.0,
+                  block_pass=0.57 * MS, block_catch_up=0.15 * MS)
 
 
 def speed(make, replies=24, length=256) -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import random
 from dataclasses import replace
-from itertools import pairwise
 
 from engine import AUTO
 from engine.speculation.replay import (
@@ -34,25 +33,13 @@ from engine.speculation.replay import (
     costs,
     joined,
     replay,
+    verify_cost,
 )
 
 KS = [1, 2, 4, 7, 15]
 LENGTH = 256
 MAX_EXTRA = 32  # positions past the reply's end: a last step's drafts may reach them
 MS = 1e-3
-
-
-def verify_cost(points: dict[int, float]):
-    """A target step's seconds by length, straight between the measured lengths."""
-    known = sorted(points)
-
-    def cost(n: int) -> float:
-        for lo, hi in pairwise(known):
-            if n <= hi:
-                return MS * (points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
-        return MS * points[known[-1]]
-
-    return cost
 
 
 # The H200's steps, in ms. Greedy: 1.47 for 1 token, 1.62-1.68 for 2-8 (the draft rows' verify),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from bench.cpu.policy_replay import CONVERSATION, LENGTH, MAX_EXTRA, MS, SHAPES, follow, trimmed, verify_cost
+from bench.cpu.policy_replay import CONVERSATION, LENGTH, MAX_EXTRA, MS, SHAPES, follow, trimmed
 from engine import AUTO
 from engine.speculation.replay import (
     FLASH,
@@ -28,6 +28,7 @@ from engine.speculation.replay import (
     costs,
     joined,
     replay,
+    verify_cost,
 )
 
 KS = [1, 2, 3, 4, 8, 15]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.adaptive import AdaptivePolicy, Choice
@@ -32,6 +33,20 @@ from engine.speculation.step_costs import CostTable
 
 PROMPT = 1600  # tokens before the reply: only the context's length is read
 PLAIN_RUN = 8  # plain steps per host wait, as the generation runs them on CUDA
+
+
+def verify_cost(points: dict[int, float]) -> Callable[[int], float]:
+    """A target step's seconds by its length from milliseconds measured at some lengths: straight
+    between them, the longest one's past it (a `Machine`'s `verify`)."""
+    known = sorted(points)
+
+    def cost(n: int) -> float:
+        for lo, hi in pairwise(known):
+            if n <= hi:
+                return 1e-3 * (points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo))
+        return 1e-3 * points[known[-1]]
+
+    return cost
 
 
 @dataclass

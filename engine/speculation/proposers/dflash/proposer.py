@@ -12,8 +12,8 @@ the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/
 
 A drafter that sits steps out (k "auto" chose plain steps or another proposer) keeps the states
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
-pass's graph, more op by op first. That catch-up is what `behind` reports, so the adaptive
-policy prices it.
+pass's graph, more by an extension of their own first (`DFlashDrafter.extend`). That catch-up is
+what `behind` reports, so the adaptive policy prices it.
 """
 
 from __future__ import annotations
@@ -31,14 +31,16 @@ from engine.speculation.proposers.dflash.files import load_drafter, write_random
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.spec import ProposerOptions
 
-# Taking in states op by op is some 50 small kernels whatever their count: on the H200 (Qwen2.5-
-# Coder-1.5B target, 2-layer drafter) about 0.9 ms of launches, 0.6 of a plain step. A guess
-# for the catch-up of a drafter that sat out until the run's own catch-ups are timed.
+# Taking in states op by op was some 50 small kernels whatever their count: on the H200 (Qwen2.5-
+# Coder-1.5B target, 2-layer drafter) about 0.9 ms of launches, 0.6 of a plain step. On CUDA the
+# extension now runs through the fused kernels (a handful of launches), not yet timed there
+# (bench/gpu/dflash_costs.py times it): the guess stays until it is. It is only the catch-up's
+# seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.6
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
-# op by op (memory stays bounded in a long reply; the launches come once per HOLD tokens).
+# by one extension (memory stays bounded in a long reply; the launches come once per HOLD tokens).
 HOLD = 16 * MAX_STEP
 
 
@@ -97,7 +99,8 @@ class DFlashProposer(Proposer):
 
     def behind(self, context: list[int]) -> int:
         # a pass takes in up to a step's worth of new states within its graph, as after any
-        # drafting step; more (steps sat out) it takes in op by op first: that is the catch-up
+        # drafting step; more (steps sat out) it takes in by an extension of their own first: that
+        # is the catch-up
         waiting = self.waiting()
         return waiting if waiting > MAX_STEP else 0
 
