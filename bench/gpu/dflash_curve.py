@@ -22,23 +22,27 @@ def smoothed(values: list[float], width: int = 50) -> list[float]:
     return out
 
 
+def describe(settings: dict) -> str:
+    label = f"{settings['num_layers']} layers, batch {settings['batch_size']}, lr {settings['learning_rate']:g}"
+    if settings.get("standardize_features"):
+        label += ", standardized"
+    if settings.get("start_from_target"):
+        label += ", from the target's layers"
+    return label
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("histories", nargs="+")
     p.add_argument("--out", required=True)
     args = p.parse_args()
+    loaded = [(path, json.loads(Path(path).read_text())) for path in args.histories]
+    labels = [describe(run["settings"]) for _, run in loaded]
     runs = {}
-    for path in args.histories:
-        run = json.loads(Path(path).read_text())
+    for (path, run), label in zip(loaded, labels, strict=True):
         rows = run["history"]
-        settings = run["settings"]
-        label = f"{settings['num_layers']} layers, batch {settings['batch_size']}, lr {settings['learning_rate']:g}"
-        if settings.get("standardize_features"):
-            label += ", standardized"
-        if settings.get("start_from_target"):
-            label += ", from the target's layers"
-        if label in runs:  # two runs of one size: the file tells them apart
-            label += f" ({Path(path).parent.name}/{Path(path).stem})"
+        if labels.count(label) > 1:  # runs of one recipe: their files tell them apart
+            label += f" ({Path(path).stem})"
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
                        "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows]),
                        "curves": [r[5] for r in rows if len(r) > 5]}
@@ -61,7 +65,7 @@ def main() -> None:
     except ImportError:
         print("no matplotlib here: no chart")
         return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2 + 0.25 * len(runs)))
     for label, run in runs.items():
         left.plot(run["minutes"], run["loss"], label=label)
         right.plot(run["minutes"], run["tau"], label=label)
@@ -70,8 +74,9 @@ def main() -> None:
               title="tau of each step's blocks, before it learns them")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
+    # one legend under both plots: long labels inside either plot hid the curves
+    fig.legend(*left.get_legend_handles_labels(), loc="lower center", ncol=1, frameon=False)
+    fig.tight_layout(rect=(0, 0.07 * len(runs), 1, 1))
     fig.savefig(args.out, dpi=110)
     print(f"chart: {args.out}")
 
