@@ -231,6 +231,23 @@ def test_context_fed_step_by_step_equals_context_fed_at_once(target, drafter):
     assert torch.allclose(drafter.block(4), at_once, atol=1e-5)
 
 
+def test_a_catch_up_is_taken_in_by_few_context_only_replays():
+    """Many states at once (a drafter that sat steps out, a prompt) replay graphs of the listed
+    lengths, largest first, that add up to them: one replay launches its kernels at once, where op
+    by op each launch waited on the host."""
+    from engine.limits import MAX_STEP
+    from engine.speculation.proposers.dflash.graphs import CATCH_UP_SIZES, catch_up_sizes
+    from engine.speculation.proposers.dflash.proposer import HOLD
+
+    for n in range(1, 3 * HOLD):
+        sizes = catch_up_sizes(n)
+        assert sum(sizes) == n and set(sizes) <= set(CATCH_UP_SIZES)
+        assert sizes == sorted(sizes, reverse=True)
+    # before a pass, the catch-up is a multiple of a step's worth: a few replays at most
+    assert max(len(catch_up_sizes(n)) for n in range(MAX_STEP, HOLD + 1, MAX_STEP)) <= 4
+    assert catch_up_sizes(1568) == [256] * 6 + [32]  # a 1,584-token prompt: 7 replays before its first pass
+
+
 def test_default_target_layers_follow_zlab_rule():
     assert default_target_layer_ids(36, 5) == [1, 9, 17, 25, 33]  # z-lab/Qwen3-4B-DFlash-b16
     assert default_target_layer_ids(28, 1) == [14]

@@ -64,7 +64,8 @@ def test_graphed_pass_equals_the_eager_pass_and_the_reference(cpu, graphed, draf
     ids = PROMPT * 3  # 36 tokens: a prompt too long for a graph, then steps of every size
     states = states_of(graphed, drafter, ids)
     cpu_states = states_of(cpu, reference, ids)
-    for before, new in [(0, 20), (20, 1), (21, 5), (0, 16), (16, 16), (3, 0)]:
+    # over 16 new states: context-only replays first (17 = 1 + 16, 35 = 32 + 3), then the pass
+    for before, new in [(0, 20), (20, 1), (21, 5), (0, 16), (16, 16), (3, 0), (1, 35), (2, 17)]:
         anchor = ids[before + new] if before + new < len(ids) else 7
         drafter.clear()
         drafter.extend(states[:before])
@@ -98,6 +99,32 @@ def test_the_fused_context_extension_writes_what_the_torch_path_writes(graphed, 
             written.append([c.clone() for c in (*drafter.pool.k, *drafter.pool.v)])
     for torch_path, fused in zip(*written, strict=True):
         torch.testing.assert_close(fused, torch_path, rtol=1e-5, atol=1e-5)
+
+
+def test_context_only_replays_write_what_the_op_by_op_extension_writes(graphed, checkpoint):
+    """take_in (a catch-up, or a long hold let go) through the context-only graphs leaves the
+    drafter's cache as extend leaves it, in one call or in pieces of odd lengths."""
+    drafter = load_drafter(str(checkpoint), graphed)
+    states = states_of(graphed, drafter, PROMPT * 3)
+    caches = []
+    for pieces in ([36], [5, 19, 12], None):
+        drafter.clear()
+        with torch.inference_mode():
+            for cache in (*drafter.pool.k, *drafter.pool.v):
+                cache.fill_(0)
+        if pieces is None:
+            drafter.extend(states)
+        else:
+            row = 0
+            for n in pieces:
+                drafter.take_in(states[row : row + n])
+                row += n
+        assert drafter.context_length == 36
+        slots = drafter.seq.slots(0, 36).to(DEVICE)
+        caches.append([c[slots].clone() for c in (*drafter.pool.k, *drafter.pool.v)])
+    for graphed_cache in caches[:2]:
+        for got, want in zip(graphed_cache, caches[2], strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_anchor_may_come_from_the_device(graphed, drafter):

@@ -9,9 +9,12 @@ so 1..16) and the anchor, the last verified token. Its inputs live in two static
 `inputs` is filled by one host-to-device copy; the states never leave the device. The graph of
 n extends the context at positions start..start+n-1, then runs the block at start+n..; its
 outputs (the block's logits and greedy drafts) stay on the device. Graphs are captured on first
-use, one per n (0 for a pass with no new states), into the target's graph memory pool. A prompt
-longer than 16 tokens is projected op by op first (as the target's prefill runs eagerly), then
-the n = 0 graph drafts.
+use, one per n (0 for a pass with no new states), into the target's graph memory pool.
+
+More than 16 new states (a prompt, or a drafter that sat steps out) are taken in first by
+graphs that only extend the context, of CATCH_UP_SIZES states each, as many as it takes; the
+pass's own graph takes the last 1..16. Taken in op by op, from the host, a catch-up cost some
+0.75 ms whatever its length (the H200, tenth run); a replay costs the kernels alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,22 @@ import torch
 
 from engine.limits import MAX_STEP
 from engine.runtime.step_graphs import capture
+
+# The lengths of the context-only graphs, largest first: a catch-up of n states replays the
+# largest that fits until none is left (n's binary digits: a catch-up before a pass, a multiple of
+# 16 up to HOLD, the most a proposer holds back, takes at most 4 replays; a prompt, once a reply,
+# a few more of 256).
+CATCH_UP_SIZES = (256, 128, 64, 32, 16, 8, 4, 2, 1)
+
+
+def catch_up_sizes(n: int) -> list[int]:
+    """The context-only replays that take in n states, in order."""
+    sizes = []
+    for size in CATCH_UP_SIZES:
+        while n >= size:
+            sizes.append(size)
+            n -= size
+    return sizes
 
 
 class DrafterGraphs:
@@ -38,8 +57,9 @@ class DrafterGraphs:
         self.start = self.inputs[b : b + 1]
         self.page_table = self.inputs[b + 1 :]
         width = len(drafter.state_layers) * drafter.config.shape.hidden_size
-        self.states = torch.zeros(MAX_STEP, width, dtype=drafter.fc.weight.dtype, device=device)
-        self.offsets = torch.arange(MAX_STEP, device=device)
+        rows = max(MAX_STEP, CATCH_UP_SIZES[0])
+        self.states = torch.zeros(rows, width, dtype=drafter.fc.weight.dtype, device=device)
+        self.offsets = torch.arange(rows, device=device)
         self.loaded = torch.cuda.Event()
         self.mempool = mempool
         self.graphs: dict[int, tuple] = {}
@@ -53,9 +73,11 @@ class DrafterGraphs:
         them before the next pass)."""
         drafter, seq = self.drafter, self.drafter.seq
         n = sum(s.shape[0] for s in states)
-        if n > MAX_STEP:
-            drafter.extend(torch.cat(states))
-            states, n = [], 0
+        if n > MAX_STEP:  # the pass takes the last 1..16, context-only graphs the rest first
+            pending = torch.cat(states)
+            head = n - (n % MAX_STEP or MAX_STEP)
+            self.extend(pending[:head])
+            states, n = [pending[head:]], n - head
         graph, outputs = self._graph(n)
         start = seq.length
         seq.append(n + drafter.block_size)  # pages for the new states and the block
@@ -68,13 +90,27 @@ class DrafterGraphs:
         seq.truncate(start + n)  # the block's K/V are not context
         return outputs
 
-    def _load(self, pages: list[int], start: int, anchor: int | torch.Tensor) -> None:
-        """One host-to-device copy of the pass's inputs (the anchor too, unless it is on the device)."""
+    @torch.inference_mode()
+    def extend(self, states: torch.Tensor) -> None:
+        """Take states [n, ...] into the context, drafting nothing: context-only replays."""
+        seq, row = self.drafter.seq, 0
+        for size in catch_up_sizes(states.shape[0]):
+            graph, _ = self._graph(("context", size))
+            start = seq.length
+            seq.append(size)
+            self._load(seq.pages, start)
+            self.states[:size].copy_(states[row : row + size])
+            graph.replay()
+            row += size
+
+    def _load(self, pages: list[int], start: int, anchor: int | torch.Tensor | None = None) -> None:
+        """One host-to-device copy of the pass's inputs (the anchor too, unless it is on the device
+        or there is none: a context-only replay)."""
         self.loaded.synchronize()  # the previous copy has left the pinned buffer
         h = self.host_view
         h[: self.start_index] = self.drafter.mask_token_id
         on_device = isinstance(anchor, torch.Tensor)
-        if not on_device:
+        if anchor is not None and not on_device:
             h[0] = anchor
         h[self.start_index] = start
         h[self.pages_index : self.pages_index + len(pages)] = pages
@@ -84,19 +120,27 @@ class DrafterGraphs:
             self.ids[:1].copy_(anchor.view(-1)[-1:])
 
     def warm_up(self) -> int:
-        """Capture the pass for every count of new states (0..MAX_STEP) now; how many were new."""
-        new = [n for n in range(MAX_STEP + 1) if n not in self.graphs]
-        for n in new:
-            self._graph(n)
+        """Capture the pass for every count of new states (0..MAX_STEP) and the context-only
+        graphs now; how many were new."""
+        keys = [*range(MAX_STEP + 1), *(("context", size) for size in CATCH_UP_SIZES)]
+        new = [key for key in keys if key not in self.graphs]
+        for key in new:
+            self._graph(key)
         return len(new)
 
-    def _graph(self, n: int):
-        if n not in self.graphs:
-            self.graphs[n] = self._capture(lambda: self._body(n))
-        return self.graphs[n]
+    def _graph(self, key: int | tuple[str, int]):
+        """The pass taking in n new states (key n), or the context-only graph of n (("context", n))."""
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(lambda: self._body(key))
+        return self.graphs[key]
 
-    def _body(self, n: int):
+    def _body(self, key: int | tuple[str, int]):
         drafter = self.drafter
+        if isinstance(key, tuple):
+            n = key[1]
+            drafter._extend(self.states[:n], self.start + self.offsets[:n], self.page_table)
+            return None
+        n = key
         if n:
             drafter._extend(self.states[:n], self.start + self.offsets[:n], self.page_table)
         logits = drafter._fused_block(self.ids, self.start + n, self.page_table)

@@ -232,6 +232,14 @@ class DFlashDrafter(nn.Module):
             self.extend(torch.cat(states))
         return self.block(anchor).argmax(dim=-1)
 
+    def take_in(self, states: torch.Tensor) -> None:
+        """Append verified tokens to the context without drafting: through context-only graph
+        replays where the drafter has graphs, else op by op (`extend`)."""
+        if self.graphs is not None:
+            self.graphs.extend(states)
+        else:
+            self.extend(states)
+
     @torch.inference_mode()
     def extend(self, states: torch.Tensor) -> None:
         """Append verified tokens to the context, op by op: states [n, len(state_layers) * H],

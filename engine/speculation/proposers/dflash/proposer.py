@@ -31,12 +31,12 @@ from engine.speculation.proposers.dflash.files import load_drafter, write_random
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.spec import ProposerOptions
 
-# Taking in states op by op was some 50 small kernels whatever their count: on the H200 (Qwen2.5-
-# Coder-1.5B target, 2-layer drafter) about 0.9 ms of launches, 0.6 of a plain step. On CUDA the
-# extension now runs through the fused kernels (a handful of launches), not yet timed there
-# (bench/gpu/dflash_costs.py times it): the guess stays until it is. It is only the catch-up's
-# seed for a drafter that sat out, until the run's own catch-ups are timed.
-CATCH_UP_SHARE = 0.6
+# A catch-up (more than a step's worth of states taken in before a pass) taken op by op from the
+# host cost 0.75 ms whatever its length on the H200 (Coder-1.5B target, 2-layer drafter, tenth
+# run), 0.6 of a plain step; on CUDA it now replays context-only graphs (graphs.py), a few small
+# kernels each, not yet timed (bench/gpu/dflash_costs.py times it). A fifth of a plain step until
+# then: it is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
+CATCH_UP_SHARE = 0.2
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
@@ -84,14 +84,14 @@ class DFlashProposer(Proposer):
 
     def idle(self, context: list[int]) -> None:
         # The fresh states may sit in the target's graph outputs, which the step about to run
-        # overwrites: one device copy keeps them for the next pass. (Taking them in here, op by
-        # op, cost more than half a plain step each step sat out.)
+        # overwrites: one device copy keeps them for the next pass. (Taking them in here each
+        # step sat out cost more than half a plain step when it ran op by op.)
         if self.fresh:
             self.held.append(torch.cat(self.fresh))
             self.fresh = []
         if self.waiting() >= HOLD:
             held, self.held = self.held, []
-            self.drafter.extend(torch.cat(held))
+            self.drafter.take_in(torch.cat(held))
 
     def waiting(self) -> int:
         """Tokens whose states the drafter has not taken in yet."""
