@@ -44,10 +44,13 @@ class Acceptance:
     def tokens(self, optimism: float = 0.0) -> list[float]:
         """[E(0) .. E(MAX_K)]: what a step of each k emits on average, each a_j raised by
         `optimism` standard errors of its estimate (see `rates`). The policy reads this every
-        step; it changes only when a proposal of this bucket is recorded."""
+        step (the plain curve and a raised one); both change only when a proposal of this bucket
+        is recorded, and are found in one pass."""
         found = self._tokens.get(optimism)
         if found is None:
-            found = self._tokens[optimism] = expected_curve(self.rates(optimism))
+            plain, raised = self._rates(optimism)
+            self._tokens[0.0] = expected_curve(plain)
+            found = self._tokens[optimism] = expected_curve(raised) if optimism else self._tokens[0.0]
         return found
 
     def count_explored(self) -> int:
@@ -62,20 +65,28 @@ class Acceptance:
         recent evidence raised by z standard errors of a share measured on it, sqrt(a (1 - a) /
         (reached + 1)), at most 1: as much as a position drafted little of late might be better
         than it looks. A settled one is not: drafts that keep missing stop being tried."""
-        out, prior, weight, level = [], PRIOR, PRIOR_WEIGHT, 1.0
+        return self._rates(optimism)[1]
+
+    def _rates(self, optimism: float) -> tuple[list[float], list[float]]:
+        """(the rates, the rates raised by `optimism`), in one pass: the policy asks for both
+        every step, on the host between the GPU's steps."""
+        plain, raised = [], []
+        prior, weight, level, known = PRIOR, PRIOR_WEIGHT, 1.0, self.known
         for j, (reached, kept) in enumerate(zip(self.reached, self.kept)):
-            if self.known is not None:  # the proposer's own measurement of this position, at the
+            if known is not None:  # the proposer's own measurement of this position, at the
                 # level the first draft's evidence shows now (deeper ones are seldom reached)
-                prior, weight = min(0.98, self.known[j] * level), KNOWN_WEIGHT
+                prior, weight = min(0.98, known[j] * level), KNOWN_WEIGHT
             prior = (kept + weight * prior) / (reached + weight)
-            if j == 0 and self.known is not None:
-                level = prior / self.known[0]
-            raised = prior
+            if j == 0 and known is not None:
+                level = prior / known[0]
+            rate = min(1.0, prior)
+            plain.append(rate)
             if optimism and reached < SETTLED:
-                raised += optimism * (prior * (1.0 - prior) / (reached + 1.0)) ** 0.5
-            out.append(min(1.0, raised))
+                up = prior + optimism * (prior * (1.0 - prior) / (reached + 1.0)) ** 0.5
+                rate = min(1.0, up)
+            raised.append(rate)
             weight = LEAN
-        return out
+        return plain, raised
 
     def record(self, drafted: int, accepted: int) -> None:
         """One verified proposal: `drafted` drafts, the first `accepted` of them kept."""
