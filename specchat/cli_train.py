@@ -51,14 +51,16 @@ def train(args) -> int:
     with message_progress() as progress:
         target = load_target(args, progress)
     with counted_bar("steps", Figures()) as bar:
-        task = bar.add_task("train", total=None, loss=float("nan"), tau=float("nan"), rate=0.0, left=None)
+        task = bar.add_task("train", total=None, loss=float("nan"), tau=float("nan"), held=None, rate=0.0,
+                            left=None)
 
         def show(report) -> None:
             left = report.seconds / report.step * (report.total - report.step)
             if args.minutes:
                 left = min(left, args.minutes * 60 - report.seconds)
             bar.update(task, total=report.total, completed=report.step, loss=report.loss, tau=report.tau,
-                       rate=report.samples / max(report.seconds, 1e-9), left=max(left, 0.0))
+                       held=report.validation_tau, rate=report.samples / max(report.seconds, 1e-9),
+                       left=max(left, 0.0))
 
         state = train_dflash(target, args.prompts, args.replies, out, settings, resume=args.resume, on_step=show,
                              stop_after_minutes=args.stop_after)
@@ -68,10 +70,12 @@ def train(args) -> int:
 
 
 class Figures(ProgressColumn):
-    """Loss, the acceptance estimate (expected tokens per step), samples/s and time left."""
+    """Loss, the acceptance estimate (expected tokens per step: on this step's blocks, and on the
+    held-out samples once measured), samples/s and time left."""
 
     def render(self, task) -> Text:
         f = task.fields
         left = "-" if f["left"] is None else time.strftime("%H:%M:%S", time.gmtime(f["left"]))
-        return Text(f"loss {f['loss']:.3f}  tau~{f['tau']:.2f}  {f['rate']:.1f} samples/s  {left} left",
+        held = "" if f.get("held") is None else f"  held-out {f['held']:.2f}"
+        return Text(f"loss {f['loss']:.3f}  tau~{f['tau']:.2f}{held}  {f['rate']:.1f} samples/s  {left} left",
                     style="progress.data.speed")

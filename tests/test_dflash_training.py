@@ -141,7 +141,7 @@ def corpus():
 
 def settings(**kw):
     base = {"num_layers": 2, "block_size": BLOCK, "anchors": 24, "batch_size": 4, "steps": 30,
-            "learning_rate": 1e-2, "warmup_steps": 5, "max_length": 128, "init_std": 0.1}
+            "learning_rate": 1e-2, "warmup_steps": 5, "max_length": 128, "init_std": 0.1, "validation_prompts": 0}
     return TrainSettings(**{**base, **kw})
 
 
@@ -200,6 +200,45 @@ def test_a_trained_drafter_brings_what_its_training_measured(corpus, tmp_path):
     assert DFlashProposer(drafter).known_acceptance() == drafter.measured  # k auto starts from it
     (tmp_path / "d" / "training" / "history.json").unlink()  # copied without its run: nothing known
     assert load_drafter(str(tmp_path / "d"), target).measured is None
+
+
+def test_a_few_prompts_are_held_out_and_measure_the_drafter_as_it_learns(corpus, tmp_path):
+    """Both replies of a held-out prompt stay out of training; every validation_minutes of
+    training the drafter is measured on them (the same blocks each time): the measurement rises
+    as it learns, history.json keeps it, and a loaded drafter's k auto starts from the last one,
+    not from the training steps' (past an epoch, on text the drafter has learnt from)."""
+    from engine.speculation.proposers.dflash.files import measured_acceptance
+
+    target, samples, _ = corpus
+    twins = samples + [Sample(list(x.ids), x.reply_start) for x in samples]  # a greedy and a sampled reply each
+    trainer = Trainer(target, twins, settings(validation_prompts=3, validation_minutes=0.0), tmp_path / "d")
+    held = {tuple(x.ids[: x.reply_start]) for x in trainer.validation}
+    assert len(held) == 3 and len(trainer.validation) == 6 and len(trainer.samples) == len(twins) - 6
+    assert held.isdisjoint(tuple(x.ids[: x.reply_start]) for x in trainer.samples)
+    state = trainer.run()
+    rows = state.validation
+    assert len(rows) == 30 and [r[0] for r in rows] == list(range(1, 31))  # every step, minutes being 0
+    assert rows[-1][4] > rows[0][4] + 1.0, (rows[0][4], rows[-1][4])
+    history = json.loads((tmp_path / "d" / "training" / "history.json").read_text())
+    assert history["validation"] == rows and history["validation_samples"] == 6
+    first = measured_acceptance(tmp_path / "d", BLOCK)
+    assert first[0] == pytest.approx(min(0.98, max(0.02, rows[-1][5][0])))
+    del history["validation"]  # a run from before held-out samples: its last steps' curves
+    (tmp_path / "d" / "training" / "history.json").write_text(json.dumps(history))
+    assert measured_acceptance(tmp_path / "d", BLOCK) != first
+    again = Trainer(target, twins, settings(validation_prompts=3), tmp_path / "again")
+    assert [x.ids for x in again.validation] == [x.ids for x in trainer.validation]  # the seed's split
+
+
+def test_at_most_a_tenth_of_the_prompts_is_held_out():
+    from engine.speculation.proposers.dflash.training.validation import split_validation
+
+    samples = [Sample([p, p, 9, 9], 2) for p in range(30)]
+    for prompts, held in ((16, 3), (2, 2), (0, 0)):
+        training, validation = split_validation(samples, prompts, seed=0)
+        assert len(validation) == held and len(training) + held == 30
+    assert split_validation(samples[:9], 16, seed=0)[1] == []  # under ten prompts: none
+    assert split_validation(samples, 3, 0)[1] != split_validation(samples, 3, 1)[1]
 
 
 def test_resume_without_a_checkpoint_says_so(corpus, tmp_path):

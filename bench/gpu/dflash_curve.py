@@ -1,6 +1,7 @@
 """The training curves of DFlash drafters: loss and tau (expected tokens per step of each step's
-blocks, measured before the step learns from them, so unseen text during the first epoch)
-against training minutes, one line per drafter size. Prints the smoothed figures at each minute.
+blocks, measured before the step learns from them, so unseen text during the first epoch only;
+and, as dots, on the run's held-out samples where it measured them) against training minutes,
+one line per drafter. Prints the smoothed figures at each minute.
 
     python bench/gpu/dflash_curve.py history-l2.json history-l5.json --out dflash-training.png
 """
@@ -43,9 +44,11 @@ def main() -> None:
         rows = run["history"]
         if labels.count(label) > 1:  # runs of one recipe: their files tell them apart
             label += f" ({Path(path).stem})"
+        held = run.get("validation") or []  # measured on held-out samples, every minute or so
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
                        "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows]),
-                       "curves": [r[5] for r in rows if len(r) > 5]}
+                       "curves": [r[5] for r in rows if len(r) > 5],
+                       "held": [(r[2] / 60, r[1], r[3], r[4]) for r in held]}
     for label, run in runs.items():
         print(f"{label}: {run['samples'][-1]} samples in {run['minutes'][-1]:.1f} min")
         marks = [next((i for i, m in enumerate(run["minutes"]) if m >= minute), len(run["minutes"]) - 1)
@@ -53,6 +56,8 @@ def main() -> None:
         for i in dict.fromkeys(marks):
             print(f"  {run['minutes'][i]:5.1f} min  {run['samples'][i]:6d} samples  loss {run['loss'][i]:.3f}"
                   f"  tau {run['tau'][i]:.2f}")
+        for minutes, samples, loss, tau in run["held"]:
+            print(f"  {minutes:5.1f} min  {samples:6d} samples  held-out samples: loss {loss:.3f}  tau {tau:.2f}")
         if run["curves"]:  # where the drafts go wrong: each position's survival, over the last 50 steps
             last = run["curves"][-50:]
             survival = [sum(c[i] for c in last) / len(last) for i in range(len(last[0]))]
@@ -67,11 +72,15 @@ def main() -> None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2 + 0.25 * len(runs)))
     for label, run in runs.items():
-        left.plot(run["minutes"], run["loss"], label=label)
+        (line,) = left.plot(run["minutes"], run["loss"], label=label)
         right.plot(run["minutes"], run["tau"], label=label)
+        if run["held"]:  # the held-out samples' figures: dots of the run's colour
+            minutes = [h[0] for h in run["held"]]
+            left.plot(minutes, [h[2] for h in run["held"]], "o", color=line.get_color(), markersize=4)
+            right.plot(minutes, [h[3] for h in run["held"]], "o", color=line.get_color(), markersize=4)
     left.set(xlabel="training minutes (one H200)", ylabel="loss (position-weighted CE)", title="loss")
     right.set(xlabel="training minutes (one H200)", ylabel="tau (tokens per step, block 16)",
-              title="tau of each step's blocks, before it learns them")
+              title="tau: each step's blocks before it learns them (dots: held-out samples)")
     for ax in (left, right):
         ax.grid(alpha=0.3)
     # one legend under both plots: long labels inside either plot hid the curves

@@ -26,13 +26,16 @@ MEASURED_STEPS = 50  # the training's last steps whose acceptance a loaded draft
 
 def measured_acceptance(folder: Path, block_size: int) -> list[float] | None:
     """What its own training measured of a drafter trained here: a_j, the chance that draft j is
-    kept given drafts 1..j-1 were, for j = 1..block_size-1, from the acceptance curves of the
-    run's last steps (training/history.json: the share of blocks whose drafts 1..j were all
-    right); None for a drafter without that history (z-lab's, or one copied without it)."""
+    kept given drafts 1..j-1 were, for j = 1..block_size-1, from training/history.json: the last
+    measurement on the run's held-out samples where it has one, else the acceptance curves of its
+    last steps (the share of blocks whose drafts 1..j were all right; hopeful past the first epoch,
+    on text it has learnt from); None for a drafter without that history (z-lab's, or one copied
+    without it)."""
     try:
-        rows = json.loads((folder / TRAINING / "history.json").read_text())["history"][-MEASURED_STEPS:]
+        history = json.loads((folder / TRAINING / "history.json").read_text())
+        rows = (history.get("validation") or [])[-1:] or history["history"][-MEASURED_STEPS:]
         curves = [row[5] for row in rows if len(row[5]) == block_size - 1]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
     if not curves:
         return None

@@ -148,8 +148,9 @@ def check_made_by(target, path, reply: dict, tokens: list[int]) -> None:
 
 
 def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples: list[Sample],
-              max_length: int) -> dict:
-    """What the drafter was trained on: sources, counts, tokens, and what was kept out."""
+              max_length: int, validation: int = 0) -> dict:
+    """What the drafter was trained on: sources, counts, tokens, and what was kept out (among the
+    samples, `validation` held out to measure it while it trains)."""
     prompts = read_jsonl(prompts_path)
     return {
         # where the prompts' code was read: the machine that made them, not necessarily this one
@@ -164,6 +165,7 @@ def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples
         "prompt_tokens": sum(s.reply_start for s in samples),
         "reply_tokens": sum(len(s.ids) - s.reply_start for s in samples),
         "max_length": max_length,
+        "validation_samples": validation,
         "excluded": {
             "bench_modules": list(BENCH_MODULES),
             "held_out_modules": list(HELD_OUT_MODULES),
@@ -181,7 +183,9 @@ def write_data_card(folder: str | Path, card: dict) -> None:
         "# Training data of this DFlash drafter", "",
         (f"{card['samples']} samples ({card['prompts']} prompts from {card['modules']} modules), "
          f"{card['prompt_tokens']:,} prompt tokens and {card['reply_tokens']:,} reply tokens written by the "
-         f"target itself; samples cut at {card['max_length']} tokens."), "",
+         f"target itself; samples cut at {card['max_length']} tokens. Of these, "
+         f"{card.get('validation_samples', 0)} (both replies of a few prompts) never trained: the run measured the "
+         "drafter on them (training/history.json, \"validation\")."), "",
         "Sources: " + ", ".join(f"{k} ({v})" for k, v in card["sources"].items()) + ".", "",
         "Tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(card["tasks"].items())) + ".", "",
         ("Kept out: the bench's modules (" + ", ".join(card["excluded"]["bench_modules"]) + "), the held-out "

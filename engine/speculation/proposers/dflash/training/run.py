@@ -49,6 +49,6 @@ def train_dflash(
     if not resume and (out / CHECKPOINTS / NAME).exists():
         raise EngineError(f"{out} already holds a training run: --resume to continue it, or choose another --out")
     samples = read_samples(target, prompts, replies)
-    write_data_card(out, data_card(prompts, replies, samples, settings.max_length))
     trainer = Trainer(target, samples, settings, out, resume=resume)
+    write_data_card(out, data_card(prompts, replies, samples, settings.max_length, len(trainer.validation)))
     return trainer.run(on_step, stop_after_seconds=None if stop_after_minutes is None else stop_after_minutes * 60)

@@ -2,7 +2,9 @@
 
 Each step takes `batch_size` samples in a fixed shuffled order, runs the target over them for
 its hidden states, samples anchors, and takes one AdamW step on the blocks' weighted loss (bf16
-autocast on CUDA). Everything that decides the next step (weights, optimizer moments, step, data
+autocast on CUDA). A few prompts (both their replies) never train: every minute of training the
+drafter's acceptance is measured on them (validation.py), the figure to trust once an epoch is
+over and every training block comes from text it has learnt from. Everything that decides the next step (weights, optimizer moments, step, data
 position, the anchors' generator) is checkpointed every few minutes and at the end, so `resume`
 reaches the same weights an uninterrupted run would. The drafter is written in z-lab's format
 beside the checkpoint each time.
@@ -32,6 +34,7 @@ from engine.speculation.proposers.dflash.training.forward import (
 from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 from engine.speculation.proposers.dflash.training.start import random_start, target_start
+from engine.speculation.proposers.dflash.training.validation import VALIDATION_SEED, split_validation
 
 CHECKPOINTS = TRAINING  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
@@ -78,6 +81,10 @@ class TrainSettings:
     # W: each row's training target is W * the target's own next-token distribution + (1 - W) *
     # the reply's token (knowledge distillation); 0 trains on the reply's tokens alone
     distill: float = 0.0
+    # prompts whose samples never train, at most a tenth of them (validation.py), and the
+    # training minutes between two measurements on them
+    validation_prompts: int = 16
+    validation_minutes: float = 1.0
 
 
 @dataclass
@@ -91,10 +98,18 @@ class StepReport:
     seconds: float  # training time since the start
     learning_rate: float
 
+    validation_tau: float | None = None  # the latest measurement on the held-out samples
+
     @property
     def tau(self) -> float:
         """Expected tokens per step of this step's blocks (greedy drafts, the bonus included)."""
         return 1.0 + sum(self.accepted_at)
+
+
+def history_row(report: StepReport) -> list:
+    """[step, samples, seconds, loss, tau, acceptance curve]: one row of history.json."""
+    return [report.step, report.samples, round(report.seconds, 2), round(report.loss, 4), round(report.tau, 3),
+            [round(a, 3) for a in report.accepted_at]]
 
 
 @dataclass
@@ -107,6 +122,7 @@ class RunState:
     seconds: float = 0.0
     total: int = 0
     history: list = field(default_factory=list)
+    validation: list = field(default_factory=list)  # [step, samples, seconds, loss, tau, curve] rows
 
 
 class Trainer:
@@ -117,7 +133,7 @@ class Trainer:
         if target.max_context < settings.max_length + settings.block_size:
             raise EngineError(f"the target's context of {target.max_context} tokens is under the samples' "
                               f"{settings.max_length} (raise --max-context or lower --max-length)")
-        self.target, self.samples, self.settings = target, samples, settings
+        self.target, self.settings = target, settings
         self.out = Path(out)
         for p in target.decoder.parameters():
             p.requires_grad_(False)
@@ -127,6 +143,8 @@ class Trainer:
         if checkpoint is not None:
             settings = self.settings = TrainSettings(**{**checkpoint["settings"], "minutes": settings.minutes,
                                                         "checkpoint_minutes": settings.checkpoint_minutes})
+        # the split is a function of the samples and the seed: a resumed run holds out the same
+        self.samples, self.validation = split_validation(samples, settings.validation_prompts, settings.seed)
         cfg = drafter_config(target, settings.num_layers, settings.block_size, settings.mask_token_id)
         self.drafter = DFlashDrafter(cfg).to(torch.float32)
         self.generator = torch.Generator().manual_seed(settings.seed)
@@ -170,9 +188,10 @@ class Trainer:
         })
         save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale())
         # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau,
-        # acceptance curve] rows
+        # acceptance curve] rows, the training steps' and the validation's
         (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
-            {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history}))
+            {"settings": asdict(self.settings), "total": self.state.total, "history": self.state.history,
+             "validation": self.state.validation, "validation_samples": len(self.validation)}))
 
     def run(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None,
             stop_after_seconds: float | None = None) -> RunState:
@@ -192,19 +211,56 @@ class Trainer:
                 report = self.step()
                 state.seconds += time.perf_counter() - started
                 report.seconds = state.seconds
-                state.history.append([report.step, report.samples, round(report.seconds, 2),
-                                      round(report.loss, 4), round(report.tau, 3),
-                                      [round(a, 3) for a in report.accepted_at]])
+                state.history.append(history_row(report))
                 report.total = self._estimated_total()
+                if self._validation_due():  # off the training clock
+                    state.validation.append(history_row(self.validate()))
+                if state.validation:
+                    report.validation_tau = state.validation[-1][4]
                 if on_step is not None:
                     on_step(report)
                 if time.perf_counter() - last_checkpoint > s.checkpoint_minutes * 60:
                     self.checkpoint()
                     last_checkpoint = time.perf_counter()
+            if self.validation and (not state.validation or state.validation[-1][0] != state.step):
+                state.validation.append(history_row(self.validate()))  # where the run ends
         finally:
             self.target.state_layers = ()
         self.checkpoint()
         return state
+
+    def _validation_due(self) -> bool:
+        if not self.validation:
+            return False
+        last = self.state.validation[-1][2] if self.state.validation else 0.0
+        return self.state.seconds - last >= self.settings.validation_minutes * 60
+
+    @torch.no_grad()
+    def validate(self) -> StepReport:
+        """The loss and acceptance curve on the held-out samples, the same blocks every time (their
+        anchors drawn from a fixed seed), the figures weighted by each batch's blocks."""
+        s, state = self.settings, self.state
+        generator = torch.Generator().manual_seed(s.seed + VALIDATION_SEED)
+        autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        loss_sum, curve_sum, blocks_seen = 0.0, None, 0
+        ranked = sorted(self.validation, key=lambda x: len(x.ids))  # like lengths together: less padding
+        for start in range(0, len(ranked), s.batch_size):
+            batch = ranked[start : start + s.batch_size]
+            ids, loss_mask = self.padded(batch)
+            blocks = sample_anchors(loss_mask, s.anchors, generator, ANCHOR_STEP)
+            kept = int(blocks.keep.sum())
+            blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
+            states, final = self._states(batch, ids)
+            with autocast:
+                loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
+                                            final, s.distill)
+            loss_sum += float(loss) * kept
+            curve = accepted.double() * kept
+            curve_sum = curve if curve_sum is None else curve_sum + curve
+            blocks_seen += kept
+        blocks_seen = max(blocks_seen, 1)
+        return StepReport(state.step, state.total, loss_sum / blocks_seen, (curve_sum / blocks_seen).tolist(),
+                          state.samples, state.tokens, state.seconds, 0.0)
 
     @property
     def timed(self) -> bool:
