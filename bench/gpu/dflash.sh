@@ -6,12 +6,16 @@
 #   specchat dflash-prompts --out bench/dflash-data/prompts.jsonl --count 4000
 #   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
 # One subcommand per call:
-#   stage                  the carried prompts, and any carried replies (*.jsonl.gz; short/: an earlier
-#                          prompt set with its replies, ids renamed short-N) into /root/stage/data, with
-#                          earlier runs' history-*.json (their curves join eval's chart)
+#   stage                  the carried prompts, and any carried replies (*.jsonl.gz), into
+#                          /root/stage/data; each folder of bench/dflash-data (short/, more/: other prompt
+#                          sets, with their replies where made) as SET-prompts.jsonl, SET-greedy.jsonl ...
+#                          with ids renamed SET-N; and earlier runs' history-*.json (their curves join
+#                          eval's chart)
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
-#                          (keep them in bench/dflash-data: a later machine takes them from there)
+#                          (keep them in bench/dflash-data: a later machine takes them from there);
+#                          SET=more: that staged set's prompts (its copies come back as more-*.jsonl.gz:
+#                          keep them as bench/dflash-data/more/greedy.jsonl.gz ...)
 #   profile [LAYERS]       where a training step's time goes (2 layers unless LAYERS; batch 8, 16, 32,
 #                          or BATCHES="16 32"; the largest CUDA kernels of batch 16), before training;
 #                          SHAPE=qwen2.5-1.5b: that shape's random weights, no pack needed (while staging)
@@ -19,7 +23,7 @@
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
 #                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume
 #                          (TRAIN_TIMEOUT: seconds, default 595; longer for a run in `session.sh bg`).
-#                          Both prompt sets' replies when short/ was staged (NO_SHORT=1: the new set only).
+#                          Every staged prompt set with its replies (NO_SHORT=1: the first set only).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
@@ -27,6 +31,11 @@
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
 #                          sampled) with it
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
+#   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
+#                          from, as a tar in parts of 16 MB, 8 a call: FIRST 0, then 8, 16, ... (a
+#                          two-layer drafter is 14 parts); keep them untracked in .gpu/keep/
+#   restore NAME           a drafter kept so (its parts carried into /root/stage as the GGUF's are) back
+#                          into the cache as dflash-NAME: no training needed to measure it again
 #   costs LAYERS           where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py)
 set -uo pipefail
@@ -41,28 +50,29 @@ stage)
   for f in greedy sampled; do
     [ -f bench/dflash-data/$f.jsonl.gz ] && gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl
   done
-  if [ -d bench/dflash-data/short ]; then  # two prompt sets number their ids alike
-    sed 's/"id": "train-/"id": "short-/' bench/dflash-data/short/prompts.jsonl > $DATA/short-prompts.jsonl
+  for dir in bench/dflash-data/*/; do  # other prompt sets: they number their ids alike
+    set=$(basename "$dir")
+    sed "s/\"id\": \"train-/\"id\": \"$set-/" "$dir/prompts.jsonl" > "$DATA/$set-prompts.jsonl"
     for f in greedy sampled; do
-      gunzip -c bench/dflash-data/short/$f.jsonl.gz | sed 's/"id": "train-/"id": "short-/' > $DATA/short-$f.jsonl
+      [ -f "$dir/$f.jsonl.gz" ] && gunzip -c "$dir/$f.jsonl.gz" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$f.jsonl"
     done
-  fi
+  done
   cp bench/dflash-data/history-*.json $DATA/ 2>/dev/null  # earlier runs' curves, for eval's chart
   wc -l $DATA/*.jsonl
   ;;
 data)
-  seconds=${2:-200}
+  seconds=${2:-200}; set=${SET:+$SET-}
   [ -f $DATA/prompts.jsonl ] || { mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/; }
   SECONDS=0
-  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/prompts.jsonl \
-    --out $DATA/greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
-  echo "greedy: $(wc -l < $DATA/greedy.jsonl) replies in $SECONDS s"
+  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
+    --out $DATA/${set}greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
+  echo "greedy: $(wc -l < $DATA/${set}greedy.jsonl) replies in $SECONDS s"
   SECONDS=0
-  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/prompts.jsonl \
-    --out $DATA/sampled.jsonl --batch-size 256 --max-tokens 768 --temperature 0.7 --top-p 0.8 --top-k 20 \
+  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
+    --out $DATA/${set}sampled.jsonl --batch-size 256 --max-tokens 768 --temperature 0.7 --top-p 0.8 --top-k 20 \
     --seed 1 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
-  echo "sampled: $(wc -l < $DATA/sampled.jsonl) replies in $SECONDS s"
-  gzip -c $DATA/greedy.jsonl > "$OUT/greedy.jsonl.gz"; gzip -c $DATA/sampled.jsonl > "$OUT/sampled.jsonl.gz"
+  echo "sampled: $(wc -l < $DATA/${set}sampled.jsonl) replies in $SECONDS s"
+  for f in greedy sampled; do gzip -c $DATA/${set}$f.jsonl > "$OUT/${set}$f.jsonl.gz"; done
   ;;
 profile)
   model=$name; [ -n "${SHAPE:-}" ] && model="$SHAPE --random"
@@ -77,9 +87,13 @@ train)
   dir=$(drafter "$layers")
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
   prompts=$DATA/prompts.jsonl; replies=$(ls $DATA/greedy.jsonl $DATA/sampled.jsonl 2>/dev/null)
-  if [ -f $DATA/short-prompts.jsonl ] && [ -z "${NO_SHORT:-}" ]; then  # both prompt sets
-    prompts=$DATA/all-prompts.jsonl; cat $DATA/prompts.jsonl $DATA/short-prompts.jsonl > $prompts
-    replies="$replies $DATA/short-greedy.jsonl $DATA/short-sampled.jsonl"
+  if [ -z "${NO_SHORT:-}" ]; then  # every staged set with replies
+    prompts=$DATA/all-prompts.jsonl; cp $DATA/prompts.jsonl $prompts
+    for p in $DATA/*-prompts.jsonl; do
+      set=$(basename "$p" -prompts.jsonl)
+      [ "$set" = all ] || [ ! -f "$DATA/$set-greedy.jsonl" ] && continue
+      cat "$p" >> $prompts; replies="$replies $(ls $DATA/$set-greedy.jsonl $DATA/$set-sampled.jsonl 2>/dev/null)"
+    done
   fi
   timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
     --prompts $prompts --replies $replies \
@@ -103,6 +117,20 @@ bench)
 costs)
   timeout 200 python3 bench/gpu/dflash_costs.py $name "$(drafter "$2")" 2>&1 | grep -v "Warn\|warn\|regex" \
     | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -16
+  ;;
+keep)
+  dir=$(drafter "$2"); parts=/root/stage/keep/$(basename "$dir").tar.part
+  if [ ! -f ${parts}000 ]; then
+    mkdir -p /root/stage/keep
+    tar -C "$(dirname "$dir")" --exclude=checkpoint.pt -cf - "$(basename "$dir")" | split -b 16000000 -d -a 3 - $parts
+    cat ${parts}* | sha256sum | tee /root/stage/keep/sha256
+  fi
+  ls ${parts}* | tail -n +$(( ${3:-0} + 1 )) | head -8 | xargs -r -I{} cp {} "$OUT/"
+  echo "$(ls ${parts}* | wc -l) parts in all, sha256 $(cut -c1-16 /root/stage/keep/sha256)"
+  ;;
+restore)
+  mkdir -p "$SPECCHAT_CACHE/$name" && cat /root/stage/dflash-$2.tar.part* | tar -x -C "$SPECCHAT_CACHE/$name" \
+    && rm /root/stage/dflash-$2.tar.part* && ls "$SPECCHAT_CACHE/$name/dflash-$2"
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \
