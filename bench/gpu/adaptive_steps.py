@@ -7,12 +7,14 @@ were probes, the policy's own time per choice on this host (choose + record), an
 time of proposals in a run against those after sitting out (a draft model's catch-up). Every
 graph is captured before the clock starts, as the bench now does.
 
---conversation: the bench's conversation instead (n-gram k 15 and k auto, proposer auto), turn by
-turn: each turn's decode time, and for each setting where its steps went (plain, each proposer's
-drafting steps and probes, their tokens and seconds), to find what proposer auto pays over
-n-gram k auto on it.
+--conversation: the bench's conversation instead (n-gram k 15 and k auto, the model drafter at k
+auto, proposer auto), turn by turn: each turn's decode time, and for each setting where its steps
+went (plain, each proposer's drafting steps and probes, their tokens and seconds) and what its
+proposals after sitting out cost, to find what proposer auto pays over n-gram k auto on it.
+--dflash DIR: a trained DFlash drafter as a proposer (--draft "": no draft model).
 
-    python bench/gpu/adaptive_steps.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--conversation]
+    python bench/gpu/adaptive_steps.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--dflash DIR]
+        [--conversation]
 """
 
 from __future__ import annotations
@@ -123,10 +125,11 @@ def conversation(model, settings, sampling) -> None:
         proposer = make()
         history = []
         run(model, model.encode_chat([{"role": "user", "content": turns[0]}]), sampling, proposer)
-        times[name], total = [], defaultdict(lambda: [0, 0, 0.0])
+        times[name], total, proposals = [], defaultdict(lambda: [0, 0, 0.0]), []
         for turn in turns:
             history.append({"role": "user", "content": turn})
-            seconds, steps, _ = run(model, model.encode_chat(history), sampling, proposer)
+            seconds, steps, policy = run(model, model.encode_chat(history), sampling, proposer)
+            proposals += policy.proposals
             tokens = [t for s in steps for t in s.tokens]
             history.append({"role": "assistant", "content": model.tokenizer.decode(tokens)})
             times[name].append(seconds)
@@ -137,6 +140,7 @@ def conversation(model, settings, sampling) -> None:
         print("|---|---|---|---|---|")
         for who, (n, t, sec) in sorted(total.items()):
             print(f"| {who} | {n} | {t} | {sec:.3f} | {t / sec / 1e3:.2f} |")
+        report_catch_ups(proposals)
     names = list(times)
     print("\n| turn | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
@@ -147,21 +151,25 @@ def conversation(model, settings, sampling) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    p.add_argument("--draft", default="qwen2.5-coder-0.5b", help='a draft model ("" for none)')
+    p.add_argument("--dflash", default=None, help="a trained DFlash drafter's directory")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--conversation", action="store_true", help="the bench's conversation, turn by turn")
     args = p.parse_args()
     if not torch.cuda.is_available():
         sys.exit("needs CUDA")
     model = load_model(args.model)
-    options = ProposerOptions({"draft": args.draft})
-    ngram, draft = (load_proposer(name, model, options) for name in ("ngram", "draft"))
-    settings = [(f"{p.name} k={k}", lambda p=p, k=k: p.make(k)) for p in (ngram, draft) for k in (15, AUTO)]
-    settings.append(("auto / auto", lambda: AutoProposer([ngram.make(AUTO), draft.make(AUTO)])))
+    sources = {"draft": args.draft} if args.draft else {}
+    if args.dflash:
+        sources["dflash"] = args.dflash
+    options = ProposerOptions(sources)
+    loaded = [load_proposer(name, model, options) for name in ("ngram", *sources)]
+    settings = [(f"{p.name} k={k}", lambda p=p, k=k: p.make(k)) for p in loaded for k in (15, AUTO)]
+    settings.append(("auto / auto", lambda: AutoProposer([p.make(AUTO) for p in loaded])))
     sampling = SamplingParams(max_tokens=args.max_new_tokens)
     if args.conversation:
-        keep = {"ngram k=15", "ngram k=auto", "auto / auto"}
-        conversation(model, [(n, m) for n, m in settings if n in keep], sampling)
+        drop = {f"{p.name} k=15" for p in loaded[1:]}  # a model drafter at k 15: no contender there
+        conversation(model, [(n, m) for n, m in settings if n not in drop], sampling)
         return
     for prompt in load_prompts(["edit", "explain"]):
         ids = model.encode_chat([{"role": "user", "content": prompt.text}])

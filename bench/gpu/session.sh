@@ -15,6 +15,7 @@
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py); `adaptive-steps conversation`:
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
+#            (DFLASH=DIR, NO_DRAFT=1 as for adaptive)
 #   auto-plain  what k auto costs per token where it mostly sits out (random-weight shapes, no
 #            pack needed: bench/gpu/auto_plain.py), against plain decoding
 #   pdl      the step bench with dependent launch (SPECCHAT_PDL), SiLU in the gate/up epilogue
@@ -101,7 +102,8 @@ adaptive)
     | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 adaptive-steps)
-  timeout 590 python3 bench/gpu/adaptive_steps.py ${2:+--$2} 2>&1 | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps${2:+-$2}.txt"
+  timeout 590 python3 bench/gpu/adaptive_steps.py ${2:+--$2} ${DFLASH:+--dflash "$DFLASH"} ${NO_DRAFT:+--draft ""} 2>&1 \
+    | grep -v "Warn\|warn" | tee "$OUT/adaptive-steps${2:+-$2}.txt"
   ;;
 auto-plain)
   SPECCHAT_CACHE=/tmp/sc timeout 300 python3 bench/gpu/auto_plain.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/auto-plain.txt"
