@@ -4,10 +4,10 @@ Each step takes `batch_size` samples in a fixed shuffled order, runs the target 
 its hidden states, samples anchors, and takes one AdamW step on the blocks' weighted loss (bf16
 autocast on CUDA). A few prompts (both their replies) never train: every minute of training the
 drafter's acceptance is measured on them (validation.py), the figure to trust once an epoch is
-over and every training block comes from text it has learnt from. Everything that decides the next step (weights, optimizer moments, step, data
-position, the anchors' generator) is checkpointed every few minutes and at the end, so `resume`
-reaches the same weights an uninterrupted run would. The drafter is written in z-lab's format
-beside the checkpoint each time.
+over and every training block comes from text it has learnt from. Everything that decides the
+next step (weights, optimizer moments, step, data position, the anchors' generator) is
+checkpointed every few minutes and at the end, so `resume` reaches the same weights an
+uninterrupted run would. The drafter is written in z-lab's format beside the checkpoint each time.
 """
 
 from __future__ import annotations
@@ -97,7 +97,6 @@ class StepReport:
     tokens: int
     seconds: float  # training time since the start
     learning_rate: float
-
     validation_tau: float | None = None  # the latest measurement on the held-out samples
 
     @property
