@@ -36,8 +36,9 @@
 #                          two-layer drafter is 14 parts); keep them untracked in .gpu/keep/
 #   restore NAME           a drafter kept so (its parts carried into /root/stage as the GGUF's are) back
 #                          into the cache as dflash-NAME: no training needed to measure it again
-#   costs LAYERS           where a DFlash step's time goes: host against device for the drafter's pass and
-#                          the verify step with and without states (bench/gpu/dflash_costs.py)
+#   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
+#                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
+#                          random two-layer drafter (no training needed: its times are a trained one's)
 set -uo pipefail
 source bench/gpu/common.sh
 case "$1" in profile|bench|costs) quiet_gpu || exit 3;; esac
@@ -115,7 +116,8 @@ bench)
   done
   ;;
 costs)
-  timeout 200 python3 bench/gpu/dflash_costs.py $name "$(drafter "$2")" 2>&1 | grep -v "Warn\|warn\|regex" \
+  which=$(drafter "$2"); [ "$2" = random ] && which=""  # a random two-layer drafter: the times are the same
+  timeout 200 python3 bench/gpu/dflash_costs.py $name $which 2>&1 | grep -v "Warn\|warn\|regex" \
     | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -16
   ;;
 keep)
