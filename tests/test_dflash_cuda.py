@@ -64,8 +64,9 @@ def test_graphed_pass_equals_the_eager_pass_and_the_reference(cpu, graphed, draf
     ids = PROMPT * 3  # 36 tokens: a prompt too long for a graph, then steps of every size
     states = states_of(graphed, drafter, ids)
     cpu_states = states_of(cpu, reference, ids)
-    # over 16 new states: context-only replays first (17 = 1 + 16, 35 = 32 + 3), then the pass
-    for before, new in [(0, 20), (20, 1), (21, 5), (0, 16), (16, 16), (3, 0), (1, 35), (2, 17)]:
+    # over 16 new states: context-only replays first (17 = 16 + 1, 35 = 32 + 3, 32 = 16 + 16),
+    # then the pass
+    for before, new in [(0, 20), (20, 1), (21, 5), (0, 16), (16, 16), (3, 0), (1, 35), (2, 17), (4, 32)]:
         anchor = ids[before + new] if before + new < len(ids) else 7
         drafter.clear()
         drafter.extend(states[:before])
@@ -120,6 +121,9 @@ def test_context_only_replays_write_what_the_op_by_op_extension_writes(graphed, 
                 drafter.take_in(states[row : row + n])
                 row += n
         assert drafter.context_length == 36
+        if pieces == [5, 19, 12]:  # through the context-only graphs, not op by op
+            assert {("context", 4), ("context", 1), ("context", 16), ("context", 2), ("context", 8)} <= set(
+                drafter.graphs.graphs)
         slots = drafter.seq.slots(0, 36).to(DEVICE)
         caches.append([c[slots].clone() for c in (*drafter.pool.k, *drafter.pool.v)])
     for graphed_cache in caches[:2]:

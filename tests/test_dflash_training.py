@@ -230,6 +230,27 @@ def test_a_few_prompts_are_held_out_and_measure_the_drafter_as_it_learns(corpus,
     assert [x.ids for x in again.validation] == [x.ids for x in trainer.validation]  # the seed's split
 
 
+def test_a_run_resumes_only_on_the_samples_it_started_on(corpus, tmp_path):
+    """A resumed run's epochs and held-out split follow from its samples: others (a prompt set
+    added since) are one clear line, not a run that silently trains on a shifted order."""
+    target, samples, _ = corpus
+    Trainer(target, samples, settings(steps=4), tmp_path / "d").run(stop_after=2)
+    with pytest.raises(EngineError, match="other samples"):
+        Trainer(target, samples[:-1], settings(steps=4), tmp_path / "d", resume=True)
+    assert Trainer(target, samples, settings(steps=4), tmp_path / "d", resume=True).state.step == 2
+
+
+def test_a_run_from_before_held_out_samples_resumes_on_all_of_them(corpus, tmp_path):
+    target, samples, _ = corpus
+    Trainer(target, samples, settings(steps=4), tmp_path / "d").run(stop_after=2)
+    path = tmp_path / "d" / "training" / "checkpoint.pt"
+    saved = torch.load(path, weights_only=False)
+    del saved["settings"]["validation_prompts"], saved["data"]  # as such runs wrote it
+    torch.save(saved, path)
+    resumed = Trainer(target, samples, settings(steps=4, validation_prompts=16), tmp_path / "d", resume=True)
+    assert resumed.validation == [] and len(resumed.samples) == len(samples)
+
+
 def test_at_most_a_tenth_of_the_prompts_is_held_out():
     from engine.speculation.proposers.dflash.training.validation import split_validation
 

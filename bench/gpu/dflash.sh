@@ -32,10 +32,11 @@
 #                          sampled) with it
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
 #   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
-#                          from, as a tar in parts of 16 MB, 8 a call: FIRST 0, then 8, 16, ... (a
-#                          two-layer drafter is 14 parts); keep them untracked in .gpu/keep/
-#   restore NAME           a drafter kept so (its parts carried into /root/stage as the GGUF's are) back
-#                          into the cache as dflash-NAME: no training needed to measure it again
+#                          from, as a tar in parts of 16 MB, 7 a call and the checksum: FIRST 0, then 7,
+#                          14, ... (a two-layer drafter is 14 parts); keep them untracked in .gpu/keep/
+#   restore NAME           a drafter kept so (its parts and checksum carried into /root/stage as the GGUF's
+#                          are) back into the cache as dflash-NAME, once the parts add up to the checksum:
+#                          no training needed to measure it again
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
@@ -52,6 +53,7 @@ stage)
     [ -f bench/dflash-data/$f.jsonl.gz ] && gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl
   done
   for dir in bench/dflash-data/*/; do  # other prompt sets: they number their ids alike
+    [ -f "$dir/prompts.jsonl" ] || continue
     set=$(basename "$dir")
     sed "s/\"id\": \"train-/\"id\": \"$set-/" "$dir/prompts.jsonl" > "$DATA/$set-prompts.jsonl"
     for f in greedy sampled; do
@@ -120,19 +122,26 @@ costs)
   timeout 200 python3 bench/gpu/dflash_costs.py $name $which 2>&1 | grep -v "Warn\|warn\|regex" \
     | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -16
   ;;
-keep)
-  dir=$(drafter "$2"); parts=/root/stage/keep/$(basename "$dir").tar.part
-  if [ ! -f ${parts}000 ]; then
-    mkdir -p /root/stage/keep
-    tar -C "$(dirname "$dir")" --exclude=checkpoint.pt -cf - "$(basename "$dir")" | split -b 16000000 -d -a 3 - $parts
-    cat ${parts}* | sha256sum | tee /root/stage/keep/sha256
+keep)  # parts and their checksum made once per drafter, in a folder of its own moved into place whole
+  dir=$(drafter "$2"); kept=/root/stage/keep/$(basename "$dir"); parts=$kept/$(basename "$dir").tar.part
+  if [ ! -f "$kept/$(basename "$dir").sha256" ]; then
+    rm -rf "$kept.tmp" && mkdir -p "$kept.tmp"
+    tar -C "$(dirname "$dir")" --exclude=checkpoint.pt -cf - "$(basename "$dir")" \
+      | split -b 16000000 -d -a 3 - "$kept.tmp/$(basename "$dir").tar.part"
+    cat "$kept.tmp"/*.tar.part* | sha256sum | cut -d' ' -f1 > "$kept.tmp/$(basename "$dir").sha256"
+    rm -rf "$kept" && mv "$kept.tmp" "$kept"
   fi
-  ls ${parts}* | tail -n +$(( ${3:-0} + 1 )) | head -8 | xargs -r -I{} cp {} "$OUT/"
-  echo "$(ls ${parts}* | wc -l) parts in all, sha256 $(cut -c1-16 /root/stage/keep/sha256)"
+  ls ${parts}* | tail -n +$(( ${3:-0} + 1 )) | head -7 | xargs -r -I{} cp {} "$OUT/"
+  cp "$kept/$(basename "$dir").sha256" "$OUT/"  # beside the parts: restore checks them against it
+  echo "$(ls ${parts}* | wc -l) parts in all, sha256 $(cut -c1-16 "$kept/$(basename "$dir").sha256")"
   ;;
-restore)
-  mkdir -p "$SPECCHAT_CACHE/$name" && cat /root/stage/dflash-$2.tar.part* | tar -x -C "$SPECCHAT_CACHE/$name" \
-    && rm /root/stage/dflash-$2.tar.part* && ls "$SPECCHAT_CACHE/$name/dflash-$2"
+restore)  # carried as .gpu/keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256
+  kept=/root/stage/dflash-$2
+  if [ "$(cat $kept.tar.part* | sha256sum | cut -d' ' -f1)" != "$(cat $kept.sha256)" ]; then
+    echo "dflash-$2: its parts do not add up to the kept drafter (a part missing or cut): not restored"; exit 1
+  fi
+  mkdir -p "$SPECCHAT_CACHE/$name" && cat $kept.tar.part* | tar -x -C "$SPECCHAT_CACHE/$name" \
+    && rm $kept.tar.part* && ls "$SPECCHAT_CACHE/$name/dflash-$2"
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \

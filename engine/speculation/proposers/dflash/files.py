@@ -33,8 +33,9 @@ def measured_acceptance(folder: Path, block_size: int) -> list[float] | None:
     without it)."""
     try:
         history = json.loads((folder / TRAINING / "history.json").read_text())
-        rows = (history.get("validation") or [])[-1:] or history["history"][-MEASURED_STEPS:]
-        curves = [row[5] for row in rows if len(row[5]) == block_size - 1]
+        held = [row[5] for row in history.get("validation") or [] if len(row[5]) == block_size - 1]
+        curves = held[-1:] or [row[5] for row in history["history"][-MEASURED_STEPS:]
+                               if len(row[5]) == block_size - 1]
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
     if not curves:

@@ -4,7 +4,7 @@ A step's pass takes the states of the n tokens the target just made final (n = a
 so 1..16) and the anchor, the last verified token. Its inputs live in two static buffers:
 
     inputs [ block ids (B): anchor, mask x (B-1) | start | page table (every page of the pool) ]
-    states [16, len(state_layers) * H]: the new tokens' target states, copied on the device
+    states [256, len(state_layers) * H]: the new tokens' target states, copied on the device
 
 `inputs` is filled by one host-to-device copy; the states never leave the device. The graph of
 n extends the context at positions start..start+n-1, then runs the block at start+n..; its
@@ -74,6 +74,8 @@ class DrafterGraphs:
         drafter, seq = self.drafter, self.drafter.seq
         n = sum(s.shape[0] for s in states)
         if n > MAX_STEP:  # the pass takes the last 1..16, context-only graphs the rest first
+            if isinstance(anchor, torch.Tensor):  # it may sit in memory those replays reuse
+                anchor = anchor.clone()
             pending = torch.cat(states)
             head = n - (n % MAX_STEP or MAX_STEP)
             self.extend(pending[:head])

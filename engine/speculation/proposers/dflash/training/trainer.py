@@ -13,7 +13,9 @@ uninterrupted run would. The drafter is written in z-lab's format beside the che
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -140,8 +142,14 @@ class Trainer:
         self.autocast = self.device.type == "cuda"
         checkpoint = load_checkpoint(self.out / CHECKPOINTS) if resume else None
         if checkpoint is not None:
-            settings = self.settings = TrainSettings(**{**checkpoint["settings"], "minutes": settings.minutes,
+            # a run from before held-out samples trained on all of them: it goes on so
+            saved = {"validation_prompts": 0, **checkpoint["settings"]}
+            settings = self.settings = TrainSettings(**{**saved, "minutes": settings.minutes,
                                                         "checkpoint_minutes": settings.checkpoint_minutes})
+        self.digest = self.data_digest(samples)
+        if checkpoint is not None and checkpoint.get("data", self.digest) != self.digest:
+            raise EngineError(f"{self.out} was trained on other samples than these: resume it with the same "
+                              "prompts and replies, or train a new drafter (another --out)")
         # the split is a function of the samples and the seed: a resumed run holds out the same
         self.samples, self.validation = split_validation(samples, settings.validation_prompts, settings.seed)
         cfg = drafter_config(target, settings.num_layers, settings.block_size, settings.mask_token_id)
@@ -183,7 +191,7 @@ class Trainer:
         save_checkpoint(self.out / CHECKPOINTS, {
             "settings": asdict(self.settings), "drafter": self.drafter.state_dict(),
             "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-            "run": asdict(self.state), "feature_scale": self.feature_scale,
+            "run": asdict(self.state), "feature_scale": self.feature_scale, "data": self.digest,
         })
         save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale())
         # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau,
@@ -221,12 +229,21 @@ class Trainer:
                 if time.perf_counter() - last_checkpoint > s.checkpoint_minutes * 60:
                     self.checkpoint()
                     last_checkpoint = time.perf_counter()
-            if self.validation and (not state.validation or state.validation[-1][0] != state.step):
+            if self.validation and state.step and (not state.validation or state.validation[-1][0] != state.step):
                 state.validation.append(history_row(self.validate()))  # where the run ends
         finally:
             self.target.state_layers = ()
         self.checkpoint()
         return state
+
+    @staticmethod
+    def data_digest(samples: list[Sample]) -> str:
+        """What a resumed run checks it is given the samples it started on: a digest of every
+        sample's tokens, in order (the epochs' order and the held-out split follow from them)."""
+        digest = hashlib.sha256()
+        for x in samples:
+            digest.update(struct.pack(f"<{len(x.ids) + 2}q", len(x.ids), x.reply_start, *x.ids))
+        return digest.hexdigest()
 
     def _validation_due(self) -> bool:
         if not self.validation:
