@@ -6,7 +6,7 @@
 #   steps-ab the step bench on this tree and on an older one (.oldtree, carried), alternating,
 #            Qwen3-4B shape (random weights) and the Coder-1.5B's real weights
 #   chat     the chat app driven headless: engine alone against the screen (specchat bench chat;
-#            DRAFT=1: the 0.5B draft model's cases as well)
+#            DRAFT=1: the 0.5B draft model's cases as well; DFLASH=DIR: a trained drafter's)
 #   batch    batched decoding against transformers' batched generate (bench/gpu/batch_bench.py)
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
@@ -94,7 +94,8 @@ batch-runs)
   done
   ;;
 chat)
-  timeout 560 python3 -m specchat bench chat --model $name ${DRAFT:+--draft qwen2.5-coder-0.5b} --max-new-tokens 512 --k 15 4 --repeats 3 2>&1 \
+  timeout 560 python3 -m specchat bench chat --model $name ${DRAFT:+--draft qwen2.5-coder-0.5b} ${DFLASH:+--dflash "$DFLASH"} \
+    --max-new-tokens 512 --k 15 4 --repeats 3 2>&1 \
     | grep -v "Warn\|warn" | tee "$OUT/bench-chat.txt"
   ;;
 adaptive)
