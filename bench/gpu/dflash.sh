@@ -120,7 +120,7 @@ bench)
 costs)
   which=$(drafter "$2"); [ "$2" = random ] && which=""  # a random two-layer drafter: the times are the same
   timeout 200 python3 bench/gpu/dflash_costs.py $name $which 2>&1 | grep -v "Warn\|warn\|regex" \
-    | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -16
+    | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -18
   ;;
 keep)  # parts and their checksum made once per drafter, in a folder of its own moved into place whole
   dir=$(drafter "$2"); kept=/root/stage/keep/$(basename "$dir"); parts=$kept/$(basename "$dir").tar.part
