@@ -59,6 +59,7 @@ class DFlashProposer(Proposer):
         # may overwrite)
         self.held: list[torch.Tensor] = []
         self.fresh: list[torch.Tensor] = []
+        self.pending = 0  # tokens in held and fresh: asked every step, so counted, not summed
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -70,17 +71,18 @@ class DFlashProposer(Proposer):
     def detach(self, target) -> None:
         target.state_layers = ()
         self.drafter.clear()
-        self.held, self.fresh = [], []
+        self.held, self.fresh, self.pending = [], [], 0
 
     def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # context[-1] has not run through the target yet: states cover context[:-1]
         if states is None or states.shape[0] != len(context) - 1:
             raise EngineError("DFlash needs the target's hidden states of the whole context")
         self.drafter.clear()
-        self.held, self.fresh = [], [states]
+        self.held, self.fresh, self.pending = [], [states], states.shape[0]
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         self.fresh.append(states)
+        self.pending += states.shape[0]
 
     def idle(self, context: list[int]) -> None:
         # The fresh states may sit in the target's graph outputs, which the step about to run
@@ -89,13 +91,13 @@ class DFlashProposer(Proposer):
         if self.fresh:
             self.held.append(torch.cat(self.fresh))
             self.fresh = []
-        if self.waiting() >= HOLD:
-            held, self.held = self.held, []
+        if self.pending >= HOLD:
+            held, self.held, self.pending = self.held, [], 0
             self.drafter.take_in(torch.cat(held))
 
     def waiting(self) -> int:
         """Tokens whose states the drafter has not taken in yet."""
-        return sum(s.shape[0] for s in self.held) + sum(s.shape[0] for s in self.fresh)
+        return self.pending
 
     def behind(self, context: list[int]) -> int:
         # a pass takes in up to a step's worth of new states within its graph, as after any
@@ -117,10 +119,10 @@ class DFlashProposer(Proposer):
         # The context extension runs here, not in observe, so the loop's propose time is the
         # whole drafter pass, a catch-up included. The fresh states are read before the target's
         # next step, which may overwrite them (CUDA graph output buffers).
-        pending, self.held, self.fresh = self.held + self.fresh, [], []
+        states, self.held, self.fresh, self.pending = self.held + self.fresh, [], [], 0
         # copied out of the drafter's graph output: that buffer sits in the target's graph memory
         # pool, and the verify step, replayed before the host reads the drafts, may reuse it
-        on_device = self.drafter.draft(pending, context[-1])[:k].clone()
+        on_device = self.drafter.draft(states, context[-1])[:k].clone()
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
         return DeviceProposal(on_device)
 
