@@ -123,17 +123,16 @@ costs)
     | tee "$OUT/costs-l$2${TAG:-}.txt" | tail -18
   ;;
 keep)  # parts and their checksum made once per drafter, in a folder of its own moved into place whole
-  dir=$(drafter "$2"); kept=/root/stage/keep/$(basename "$dir"); parts=$kept/$(basename "$dir").tar.part
-  if [ ! -f "$kept/$(basename "$dir").sha256" ]; then
+  dir=$(drafter "$2"); base=$(basename "$dir"); kept=/root/stage/keep/$base
+  if [ ! -f "$kept/$base.sha256" ]; then
     rm -rf "$kept.tmp" && mkdir -p "$kept.tmp"
-    tar -C "$(dirname "$dir")" --exclude=checkpoint.pt -cf - "$(basename "$dir")" \
-      | split -b 16000000 -d -a 3 - "$kept.tmp/$(basename "$dir").tar.part"
-    cat "$kept.tmp"/*.tar.part* | sha256sum | cut -d' ' -f1 > "$kept.tmp/$(basename "$dir").sha256"
+    tar -C "$(dirname "$dir")" --exclude=checkpoint.pt -cf - "$base" | split -b 16000000 -d -a 3 - "$kept.tmp/$base.tar.part"
+    cat "$kept.tmp/$base".tar.part* | sha256sum | cut -d' ' -f1 > "$kept.tmp/$base.sha256"
     rm -rf "$kept" && mv "$kept.tmp" "$kept"
   fi
-  ls ${parts}* | tail -n +$(( ${3:-0} + 1 )) | head -7 | xargs -r -I{} cp {} "$OUT/"
-  cp "$kept/$(basename "$dir").sha256" "$OUT/"  # beside the parts: restore checks them against it
-  echo "$(ls ${parts}* | wc -l) parts in all, sha256 $(cut -c1-16 "$kept/$(basename "$dir").sha256")"
+  ls "$kept/$base".tar.part* | tail -n +$(( ${3:-0} + 1 )) | head -7 | xargs -r -I{} cp {} "$OUT/"
+  cp "$kept/$base.sha256" "$OUT/"  # beside the parts: restore checks them against it
+  echo "$(ls "$kept/$base".tar.part* | wc -l) parts in all, sha256 $(cut -c1-16 "$kept/$base.sha256")"
   ;;
 restore)  # carried as .gpu/keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256
   kept=/root/stage/dflash-$2

@@ -33,7 +33,7 @@ from specchat.bench.prompts import builtin_prompts
 SWITCHING = "switching"
 KS = [1, 4, 15, AUTO, SWITCHING]
 # k a step for the switching case, 0 a plain step: runs of sitting out longer than a step's worth
-# make the drafter catch up op by op
+# make the drafter catch up (context-only graph replays, then its pass)
 SWITCH_KS = [15, 0, 3, 0, 0, 0, 7, 1, 15, 0, 0, 2]
 SAMPLINGS = {"greedy": {}, "sampled": {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "seed": 3}}
 

@@ -138,13 +138,12 @@ class DrafterGraphs:
 
     def _body(self, key: int | tuple[str, int]):
         drafter = self.drafter
-        if isinstance(key, tuple):
-            n = key[1]
-            drafter._extend(self.states[:n], self.start + self.offsets[:n], self.page_table)
-            return None
-        n = key
+        context_only = isinstance(key, tuple)
+        n = key[1] if context_only else key
         if n:
             drafter._extend(self.states[:n], self.start + self.offsets[:n], self.page_table)
+        if context_only:
+            return None
         logits = drafter._fused_block(self.ids, self.start + n, self.page_table)
         return logits, logits.argmax(dim=-1)
 

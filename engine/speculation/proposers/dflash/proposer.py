@@ -12,8 +12,8 @@ the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/
 
 A drafter that sits steps out (k "auto" chose plain steps or another proposer) keeps the states
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
-pass's graph, more by an extension of their own first (`DFlashDrafter.extend`). That catch-up is
-what `behind` reports, so the adaptive policy prices it.
+pass's graph, more by an extension of their own first (on CUDA context-only graph replays,
+`DrafterGraphs.extend`). That catch-up is what `behind` reports, so the adaptive policy prices it.
 """
 
 from __future__ import annotations

@@ -257,19 +257,10 @@ class Trainer:
         anchors drawn from a fixed seed), the figures weighted by each batch's blocks."""
         s, state = self.settings, self.state
         generator = torch.Generator().manual_seed(s.seed + VALIDATION_SEED)
-        autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
         loss_sum, curve_sum, blocks_seen = 0.0, None, 0
         ranked = sorted(self.validation, key=lambda x: len(x.ids))  # like lengths together: less padding
         for start in range(0, len(ranked), s.batch_size):
-            batch = ranked[start : start + s.batch_size]
-            ids, loss_mask = self.padded(batch)
-            blocks = sample_anchors(loss_mask, s.anchors, generator, ANCHOR_STEP)
-            kept = int(blocks.keep.sum())
-            blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
-            states, final = self._states(batch, ids)
-            with autocast:
-                loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
-                                            final, s.distill)
+            loss, accepted, kept = self._batch_loss(ranked[start : start + s.batch_size], generator)
             loss_sum += float(loss) * kept
             curve = accepted.double() * kept
             curve_sum = curve if curve_sum is None else curve_sum + curve
@@ -303,19 +294,10 @@ class Trainer:
     def step(self) -> StepReport:
         s, state = self.settings, self.state
         batch = self._next_batch()
-        ids, loss_mask = self.padded(batch)
-        # drawn (on the host) before the target's pass is queued: reading the mask back then waits
-        # for nothing, where after it the host would wait for the whole pass before queueing more
-        blocks = sample_anchors(loss_mask, s.anchors, self.generator, ANCHOR_STEP)
-        blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
-        states, final = self._states(batch, ids)
+        loss, accepted, _ = self._batch_loss(batch, self.generator)
         lr = learning_rate(state.step, self._done(), s.learning_rate, s.warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
-        with autocast:
-            loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
-                                        final, s.distill)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), s.clip)
@@ -326,6 +308,23 @@ class Trainer:
         # read back once the step is queued whole: the one wait for the device a step has
         return StepReport(state.step, state.total, float(loss.detach()), accepted.tolist(), state.samples,
                           state.tokens, state.seconds, lr)
+
+    def _batch_loss(self, batch: list[Sample], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(the blocks' loss, their acceptance curve, how many blocks are kept) of a batch, its
+        anchors drawn from `generator` (a training step's, or the held-out samples' fixed one)."""
+        s = self.settings
+        ids, loss_mask = self.padded(batch)
+        # drawn (on the host) before the target's pass is queued: reading the mask back then waits
+        # for nothing, where after it the host would wait for the whole pass before queueing more
+        blocks = sample_anchors(loss_mask, s.anchors, generator, ANCHOR_STEP)
+        kept = int(blocks.keep.sum())
+        blocks.anchors, blocks.keep = blocks.anchors.to(self.device), blocks.keep.to(self.device)
+        states, final = self._states(batch, ids)
+        autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        with autocast:
+            loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
+                                        final, s.distill)
+        return loss, accepted, kept
 
     def _next_batch(self) -> list[Sample]:
         """The next samples in this epoch's fixed order (a new order each epoch, from the seed,
