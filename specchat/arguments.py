@@ -115,6 +115,8 @@ def add_train_arguments(p) -> None:
     p.add_argument("--anchors", type=int, default=256, help="blocks per sample per step (default 256)")
     p.add_argument("--max-length", type=int, default=2048, help="tokens per sample; longer ones are cut")
     p.add_argument("--learning-rate", type=float, default=6e-4)
+    p.add_argument("--warmup-steps", type=int, default=20,
+                   help="steps of linear warm-up to the peak learning rate (default 20)")
     p.add_argument("--standardize-features", action="store_true",
                    help="train fc on the target's states scaled to unit RMS per channel (folded into the "
                         "written weights)")

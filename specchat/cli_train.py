@@ -39,11 +39,13 @@ def train(args) -> int:
     for name in ("layers", "batch_size", "anchors", "epochs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise EngineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.warmup_steps < 0:
+        raise EngineError(f"--warmup-steps must be at least 0, got {args.warmup_steps}")
     if not 0.0 <= args.distill <= 1.0:
         raise EngineError(f"--distill must be between 0 and 1, got {args.distill}")
     settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
                              max_length=args.max_length, epochs=args.epochs, steps=args.steps,
-                             minutes=args.minutes, learning_rate=args.learning_rate,
+                             minutes=args.minutes, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
                              standardize_features=args.standardize_features,
                              start_from_target=args.start_from_target, distill=args.distill)

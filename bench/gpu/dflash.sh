@@ -23,17 +23,20 @@
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
 #                          last layers (EXTRA=--no-start-from-target: random); rerun the line to resume
 #                          (TRAIN_TIMEOUT: seconds, default 595; longer for a run in `session.sh bg`).
-#                          Every staged prompt set with its replies (NO_SHORT=1: the first set only).
+#                          Every staged prompt set with its replies (NO_SHORT=1: the first set only;
+#                          SETS="short": the first set and these). EXTRA="--steps N": a cosine over N steps
+#                          whatever the speed (runs compared at equal samples).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
-#                          loss/tau curves as a PNG
+#                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
 #                          sampled) with it
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
 #   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
-#                          from, as a tar in parts of 16 MB, 7 a call and the checksum: FIRST 0, then 7,
-#                          14, ... (a two-layer drafter is 14 parts); keep them untracked in .gpu/keep/
+#                          from, as a tar in parts of 16 MB, 4 a call and the checksum (files back are 64 MiB
+#                          in all a call): FIRST 0, then 4, 8, 12 (a two-layer drafter is 14 parts); keep
+#                          them untracked in .gpu/keep/
 #   restore NAME           a drafter kept so (its parts and checksum carried into /root/stage as the GGUF's
 #                          are) back into the cache as dflash-NAME, once the parts add up to the checksum:
 #                          no training needed to measure it again
@@ -95,6 +98,7 @@ train)
     for p in $DATA/*-prompts.jsonl; do
       set=$(basename "$p" -prompts.jsonl)
       [ "$set" = all ] || [ ! -f "$DATA/$set-greedy.jsonl" ] && continue
+      [ -n "${SETS+x}" ] && [[ " $SETS " != *" $set "* ]] && continue  # SETS: only these of the others
       cat "$p" >> $prompts; replies="$replies $(ls $DATA/$set-greedy.jsonl $DATA/$set-sampled.jsonl 2>/dev/null)"
     done
   fi
@@ -108,7 +112,7 @@ train)
 eval)
   dirs=$(ls -d "$SPECCHAT_CACHE/$name"/dflash-l* 2>/dev/null)
   timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl --json "$OUT/tau.json"
-  python3 bench/gpu/dflash_curve.py $DATA/history-l*.json --out "$OUT/dflash-training.png"
+  python3 bench/gpu/dflash_curve.py ${CURVES:-$DATA/history-l*.json} --out "$OUT/dflash-training.png"
   ;;
 bench)
   for prompt in edit explain; do
@@ -130,7 +134,7 @@ keep)  # parts and their checksum made once per drafter, in a folder of its own 
     cat "$kept.tmp/$base".tar.part* | sha256sum | cut -d' ' -f1 > "$kept.tmp/$base.sha256"
     rm -rf "$kept" && mv "$kept.tmp" "$kept"
   fi
-  ls "$kept/$base".tar.part* | tail -n +$(( ${3:-0} + 1 )) | head -7 | xargs -r -I{} cp {} "$OUT/"
+  ls "$kept/$base".tar.part* | tail -n +$(( ${3:-0} + 1 )) | head -4 | xargs -r -I{} cp {} "$OUT/"
   cp "$kept/$base.sha256" "$OUT/"  # beside the parts: restore checks them against it
   echo "$(ls "$kept/$base".tar.part* | wc -l) parts in all, sha256 $(cut -c1-16 "$kept/$base.sha256")"
   ;;

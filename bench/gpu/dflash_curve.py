@@ -38,19 +38,19 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     loaded = [(path, json.loads(Path(path).read_text())) for path in args.histories]
-    labels = [describe(run["settings"]) for _, run in loaded]
     runs = {}
-    for (path, run), label in zip(loaded, labels, strict=True):
+    for path, run in loaded:
         rows = run["history"]
-        if labels.count(label) > 1:  # runs of one recipe: their files tell them apart
-            label += f" ({Path(path).stem})"
+        # the file names the run (history-l2-long-12min.json: "l2-long-12min"); the recipe and how far it went
+        label = (f"{Path(path).stem.removeprefix('history-')}: {describe(run['settings'])}, "
+                 f"{rows[-1][1]:,} samples in {rows[-1][2] / 60:.1f} min")
         held = run.get("validation") or []  # measured on held-out samples, every minute or so
         runs[label] = {"minutes": [r[2] / 60 for r in rows], "samples": [r[1] for r in rows],
                        "loss": smoothed([r[3] for r in rows]), "tau": smoothed([r[4] for r in rows]),
                        "curves": [r[5] for r in rows if len(r) > 5],
                        "held": [(r[2] / 60, r[1], r[3], r[4]) for r in held]}
     for label, run in runs.items():
-        print(f"{label}: {run['samples'][-1]} samples in {run['minutes'][-1]:.1f} min")
+        print(label)
         marks = [next((i for i, m in enumerate(run["minutes"]) if m >= minute), len(run["minutes"]) - 1)
                  for minute in range(1, int(run["minutes"][-1]) + 2)]
         for i in dict.fromkeys(marks):
@@ -80,7 +80,7 @@ def main() -> None:
             right.plot(minutes, [h[3] for h in run["held"]], "o", color=line.get_color(), markersize=4)
     left.set(xlabel="training minutes (one H200)", ylabel="loss (position-weighted CE)", title="loss")
     right.set(xlabel="training minutes (one H200)", ylabel="tau (tokens per step, block 16)",
-              title="tau: each step's blocks before it learns them (dots: held-out samples)")
+              title="tau of each step's blocks before it learns them\n(dots: held-out samples)")
     for ax in (left, right):
         ax.grid(alpha=0.3)
     # one legend under both plots: long labels inside either plot hid the curves

@@ -1,0 +1,42 @@
+"""The drafter's learning-rate schedule, and the warm-up as train-dflash takes it."""
+
+import pytest
+
+from engine.speculation.proposers.dflash.training.schedule import learning_rate
+from specchat.__main__ import main
+
+
+def test_the_warm_up_climbs_linearly_to_the_peak_then_a_cosine_falls_to_a_tenth():
+    peak, warmup = 6e-4, 4
+    assert [learning_rate(s, 0.0, peak, warmup) for s in range(warmup)] == pytest.approx(
+        [peak / 4, peak / 2, 3 * peak / 4, peak])
+    assert learning_rate(warmup, 0.0, peak, warmup) == pytest.approx(peak)
+    assert learning_rate(warmup + 1, 0.5, peak, warmup) == pytest.approx(0.55 * peak)
+    assert learning_rate(warmup + 2, 1.0, peak, warmup) == pytest.approx(0.1 * peak)
+    assert learning_rate(warmup + 3, 1.7, peak, warmup) == pytest.approx(0.1 * peak)  # a run past its budget
+
+
+def test_no_warm_up_starts_at_the_peak():
+    assert learning_rate(0, 0.0, 1e-3, 0) == pytest.approx(1e-3)
+
+
+def test_the_warm_up_given_reaches_the_training_settings(tmp_path, monkeypatch):
+    import specchat.cli_train as cli_train
+
+    seen = {}
+
+    def stop(args, progress):  # the settings are made before the target loads: stop there
+        raise cli_train.EngineError("stopped before loading")
+
+    monkeypatch.setattr(cli_train, "load_target", stop)
+    monkeypatch.setattr(cli_train, "TrainSettings", lambda **kw: seen.update(kw))
+    assert main(["train-dflash", "--model", str(tmp_path / "none.gguf"), "--device", "cpu", "--prompts", "p",
+                 "--replies", "r", "--out", str(tmp_path / "d"), "--warmup-steps", "150"]) == 1
+    assert seen["warmup_steps"] == 150
+
+
+def test_a_negative_warm_up_is_refused_in_one_line(tmp_path, capsys):
+    assert main(["train-dflash", "--model", str(tmp_path / "none.gguf"), "--device", "cpu", "--prompts", "p",
+                 "--replies", "r", "--out", str(tmp_path / "d"), "--warmup-steps", "-5"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--warmup-steps must be at least 0, got -5" in err.splitlines()[-1]
