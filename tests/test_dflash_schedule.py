@@ -21,7 +21,7 @@ def test_no_warm_up_starts_at_the_peak():
 
 
 def test_the_warm_up_given_reaches_the_training_settings(tmp_path, monkeypatch):
-    import specchat.cli_train as cli_train
+    from specchat import cli_train
 
     seen = {}
 
