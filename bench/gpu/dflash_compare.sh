@@ -7,7 +7,7 @@
 # read beside the first, comma-separated ("short", "short,more"); OPTIONS go to train-dflash as
 # they are ("--seed 1 --warmup-steps 200"). Each drafter is dflash-l2-NAME in the cache; its
 # history comes back as history-l2-NAME.json.
-#   dflash_compare.sh 1000 ls:short all:all all-s1:all:"--seed 1" all-w200:all:"--warmup-steps 200"
+#   dflash_compare.sh 1000 ls:short ls-s1:short:--seed=1 all:all all-s1:all:--seed=1
 set -uo pipefail
 steps=$1; shift
 for variant in "$@"; do
