@@ -4,7 +4,10 @@
    fixed k and at k auto, and proposer auto with k auto (specchat bench, auto rows beside the
    fixed ones), then auto's speed over the best fixed k of the same proposer.
 2. The bench's conversation (specchat/bench/conversation.json): total decode time of every fixed
-   (proposer, k), each proposer at k auto, and auto / auto, over all turns.
+   (proposer, k), each proposer at k auto, and auto / auto, over all turns; the median of
+   --conversation-repeats rounds (a single pass of some 0.6 s moved 5-10 % between runs), and
+   the rate in tokens a second beside it (bf16 near-ties let settings write replies of other
+   lengths).
 
     python bench/gpu/adaptive.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--dflash DIR]
 
@@ -80,29 +83,45 @@ def conversation(args) -> None:
     turns = load_turns()
     sampling = SamplingParams(max_tokens=args.max_new_tokens)
     stop = target.stop_ids()
-    figures = {}
-    for name, make in settings:
-        proposer = make()
-        history, decode_s, tokens = [], 0.0, 0
-        ids = target.encode_chat([{"role": "user", "content": turns[0]}])
-        timed_generate(target, ids, sampling, stop, proposer)  # warm-up, untimed
-        for turn in turns:
-            history.append({"role": "user", "content": turn})
-            run = timed_generate(target, target.encode_chat(history), sampling, stop, proposer)
-            history.append({"role": "assistant", "content": target.tokenizer.decode(run.tokens)})
-            decode_s += run.decode_s
-            tokens += len(run.tokens) - 1
-        figures[name] = (decode_s, tokens)
-        print(f"{name:14} {decode_s:7.3f} s  {tokens:5d} tokens  {tokens / decode_s:7.1f} tok/s", file=sys.stderr)
-    auto_s = figures["auto / auto"][0]
-    print(f"\n## the conversation ({len(turns)} turns, greedy, up to {args.max_new_tokens} tokens a reply)\n")
-    print("| setting | decode s | tokens | tok/s | auto / auto is faster by |")
-    print("|---|---|---|---|---|")
+    # every setting once a round, rounds one after another: a drift of the machine's speed
+    # spreads over all settings instead of landing on the last ones; each setting's median kept
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in settings}
+    for round_ in range(args.conversation_repeats):
+        for name, make in settings:
+            decode_s, tokens = one_conversation(target, make(), turns, sampling, stop)
+            runs[name].append((decode_s, tokens))
+            print(f"round {round_ + 1}: {name:14} {decode_s:7.3f} s  {tokens:5d} tokens  "
+                  f"{tokens / decode_s:7.1f} tok/s", file=sys.stderr)
+    figures = {name: sorted(r)[len(r) // 2] for name, r in runs.items()}  # the median run by time
+    auto_s, auto_n = figures["auto / auto"]
+    print(f"\n## the conversation ({len(turns)} turns, greedy, up to {args.max_new_tokens} tokens a reply, "
+          f"median of {args.conversation_repeats})\n")
+    print("| setting | decode s | tokens | tok/s | spread of runs | auto / auto is faster by | by tok/s |")
+    print("|---|---|---|---|---|---|---|")
     for name, (s, n) in figures.items():
-        print(f"| {name} | {s:.3f} | {n} | {n / s:.1f} | {s / auto_s:.3f}x |")
+        times = [t for t, _ in runs[name]]
+        print(f"| {name} | {s:.3f} | {n} | {n / s:.1f} | {(max(times) - min(times)) / s:.0%} | "
+              f"{s / auto_s:.3f}x | {(auto_n / auto_s) / (n / s):.3f}x |")
     fixed = {n: v for n, v in figures.items() if "auto" not in n}
     best = min(fixed, key=lambda n: fixed[n][0])
-    print(f"\nbest fixed setting: {best}; auto / auto over it: {fixed[best][0] / auto_s:.3f}x (target >= 1.10)")
+    rate = (auto_n / auto_s) / (fixed[best][1] / fixed[best][0])
+    print(f"\nbest fixed setting: {best}; auto / auto over it: {fixed[best][0] / auto_s:.3f}x by decode time, "
+          f"{rate:.3f}x by tokens a second (target >= 1.10)")
+
+
+def one_conversation(target, proposer, turns: list[str], sampling: SamplingParams, stop) -> tuple[float, int]:
+    """(decode seconds, tokens) of every turn of the conversation with one proposer, whose
+    estimates carry from turn to turn as a chat's do; a warm-up reply to the first turn first."""
+    history, decode_s, tokens = [], 0.0, 0
+    ids = target.encode_chat([{"role": "user", "content": turns[0]}])
+    timed_generate(target, ids, sampling, stop, proposer)  # warm-up, untimed
+    for turn in turns:
+        history.append({"role": "user", "content": turn})
+        run = timed_generate(target, target.encode_chat(history), sampling, stop, proposer)
+        history.append({"role": "assistant", "content": target.tokenizer.decode(run.tokens)})
+        decode_s += run.decode_s
+        tokens += len(run.tokens) - 1
+    return decode_s, tokens
 
 
 if __name__ == "__main__":
@@ -112,6 +131,8 @@ if __name__ == "__main__":
     p.add_argument("--dflash", default=None, help="a trained DFlash drafter's directory")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=4, help="timed runs of each bench row (the median is kept)")
+    p.add_argument("--conversation-repeats", type=int, default=3,
+                   help="rounds of the conversation, every setting once a round (each setting's median kept)")
     p.add_argument("--part", choices=["prompts", "conversation", "both"], default="both")
     a = p.parse_args()
     if not torch.cuda.is_available():

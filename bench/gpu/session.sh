@@ -11,7 +11,8 @@
 #   batch-runs  batched decoding with one decode step per host wait against runs of 8 (no transformers)
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well;
-#            DFLASH=DIR adds a trained drafter, NO_DRAFT=1 leaves the draft model out)
+#            DFLASH=DIR adds a trained drafter, NO_DRAFT=1 leaves the draft model out; the
+#            conversation's median of 3 rounds, ROUNDS=N)
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py); `adaptive-steps conversation`:
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
@@ -99,7 +100,8 @@ chat)
     | grep -v "Warn\|warn" | tee "$OUT/bench-chat.txt"
   ;;
 adaptive)
-  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" ${DFLASH:+--dflash "$DFLASH"} ${NO_DRAFT:+--draft ""} 2>&1 \
+  timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" ${DFLASH:+--dflash "$DFLASH"} ${NO_DRAFT:+--draft ""} \
+    ${ROUNDS:+--conversation-repeats "$ROUNDS"} 2>&1 \
     | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 adaptive-steps)
