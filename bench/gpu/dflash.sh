@@ -5,12 +5,12 @@
 # code is read from, carried in bench/dflash-data:
 #   specchat dflash-prompts --out bench/dflash-data/prompts.jsonl --count 4000
 #   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
+# (gzip the large ones: a call carries 64 MiB in all, the tree and wheels included)
 # One subcommand per call:
-#   stage                  the carried prompts, and any carried replies (*.jsonl.gz), into
-#                          /root/stage/data; each folder of bench/dflash-data (short/, more/: other prompt
-#                          sets, with their replies where made) as SET-prompts.jsonl, SET-greedy.jsonl ...
-#                          with ids renamed SET-N; and earlier runs' history-*.json (their curves join
-#                          eval's chart)
+#   stage                  the carried prompts and replies (*.jsonl, or gzipped), into /root/stage/data;
+#                          each folder of bench/dflash-data (short/, more/: other prompt sets, with their
+#                          replies where made) as SET-prompts.jsonl, SET-greedy.jsonl ... with ids renamed
+#                          SET-N; and earlier runs' history-*.json (their curves join eval's chart)
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
 #                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there);
@@ -51,24 +51,26 @@ DATA=${DATA:-/root/stage/data}
 drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
 case "$1" in
 stage)
-  mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/
-  for f in greedy sampled; do
-    [ -f bench/dflash-data/$f.jsonl.gz ] && gunzip -c bench/dflash-data/$f.jsonl.gz > $DATA/$f.jsonl
-  done
-  for dir in bench/dflash-data/*/; do  # other prompt sets: they number their ids alike
-    [ -f "$dir/prompts.jsonl" ] || continue
-    set=$(basename "$dir")
-    sed "s/\"id\": \"train-/\"id\": \"$set-/" "$dir/prompts.jsonl" > "$DATA/$set-prompts.jsonl"
-    for f in greedy sampled; do
-      [ -f "$dir/$f.jsonl.gz" ] && gunzip -c "$dir/$f.jsonl.gz" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$f.jsonl"
-    done
+  # every file of bench/dflash-data as X.jsonl in $DATA (gzipped ones unpacked: the carried tree
+  # stays under its 64 MiB), each folder's (another prompt set) as SET-X.jsonl with its ids
+  # renamed SET-N, since every set numbers them alike
+  mkdir -p $DATA
+  for f in bench/dflash-data/*.jsonl bench/dflash-data/*.jsonl.gz bench/dflash-data/*/*.jsonl bench/dflash-data/*/*.jsonl.gz; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f" .gz); dir=$(dirname "$f"); set=""
+    [ "$dir" != bench/dflash-data ] && set=$(basename "$dir")
+    if [ -n "$set" ]; then
+      zcat -f "$f" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$name"
+    else
+      zcat -f "$f" > "$DATA/$name"
+    fi
   done
   cp bench/dflash-data/history-*.json $DATA/ 2>/dev/null  # earlier runs' curves, for eval's chart
   wc -l $DATA/*.jsonl
   ;;
 data)
   seconds=${2:-200}; set=${SET:+$SET-}
-  [ -f $DATA/prompts.jsonl ] || { mkdir -p $DATA && cp bench/dflash-data/*.jsonl $DATA/; }
+  [ -f $DATA/prompts.jsonl ] || bash "$0" stage > /dev/null
   SECONDS=0
   timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
     --out $DATA/${set}greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
