@@ -27,7 +27,8 @@
 #                          SETS="short": the first set and these). EXTRA="--steps N": a cosine over N steps
 #                          whatever the speed (runs compared at equal samples).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
-#                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1")
+#                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1");
+#                          CODE=DIR runs the trainer of the tree unpacked in DIR (git archive COMMIT engine specchat)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
@@ -104,9 +105,11 @@ train)
       cat "$p" >> $prompts; replies="$replies $(ls $DATA/$set-greedy.jsonl $DATA/$set-sampled.jsonl 2>/dev/null)"
     done
   fi
-  timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" --layers "$layers" \
-    --prompts $prompts --replies $replies \
-    --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1 \
+  # CODE=DIR: the trainer of another tree (an earlier commit's engine and specchat, unpacked
+  # there), for an A/B of the code itself; python -m reads the package of the folder it runs in
+  (cd "${CODE:-.}" && timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" \
+    --layers "$layers" --prompts $prompts --replies $replies \
+    --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1) \
     | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
   cp "$dir/training/history.json" "$OUT/history-l$layers${TAG:-}.json"; cp "$dir/DATA.md" "$OUT/"
   cp "$dir/training/history.json" "$DATA/history-l$layers${TAG:-}.json"  # for eval's chart, a call later
