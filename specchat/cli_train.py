@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -30,19 +31,38 @@ def dflash_prompts(args) -> int:
     return 0
 
 
+MIN_LENGTH = 64  # tokens a sample may be cut to: a prompt and a block of drafts after it
+
+
+def check_values(args) -> None:
+    """Refuse a value that would train nothing or nonsense in one line, before the target loads
+    (which takes a while on a large one)."""
+    def option(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    for name in ("layers", "batch_size", "anchors", "epochs", "steps"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise EngineError(f"{option(name)} must be at least 1, got {getattr(args, name)}")
+    if args.warmup_steps < 0:
+        raise EngineError(f"--warmup-steps must be at least 0, got {args.warmup_steps}")
+    if args.max_length < MIN_LENGTH:
+        raise EngineError(f"--max-length must be at least {MIN_LENGTH} tokens (a prompt and a block of drafts), "
+                          f"got {args.max_length}")
+    for name in ("learning_rate", "minutes", "stop_after", "checkpoint_minutes"):
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise EngineError(f"{option(name)} must be a positive number, got {value}")
+    if not 0.0 <= args.distill <= 1.0:
+        raise EngineError(f"--distill must be between 0 and 1, got {args.distill}")
+
+
 def train(args) -> int:
     out = args.out
     if out is None:
         if args.model not in PACKS:
             raise EngineError("--out DIR is needed for a model that is not a pack")
         out = cached_drafter_dir(args.model)
-    for name in ("layers", "batch_size", "anchors", "epochs"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise EngineError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.warmup_steps < 0:
-        raise EngineError(f"--warmup-steps must be at least 0, got {args.warmup_steps}")
-    if not 0.0 <= args.distill <= 1.0:
-        raise EngineError(f"--distill must be between 0 and 1, got {args.distill}")
+    check_values(args)
     settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
                              max_length=args.max_length, epochs=args.epochs, steps=args.steps,
                              minutes=args.minutes, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,

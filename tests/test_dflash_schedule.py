@@ -1,4 +1,4 @@
-"""The drafter's learning-rate schedule, and the warm-up as train-dflash takes it."""
+"""The drafter's learning-rate schedule, the warm-up as train-dflash takes it, and the values it refuses."""
 
 import pytest
 
@@ -40,3 +40,26 @@ def test_a_negative_warm_up_is_refused_in_one_line(tmp_path, capsys):
                  "--replies", "r", "--out", str(tmp_path / "d"), "--warmup-steps", "-5"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--warmup-steps must be at least 0, got -5" in err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--steps", "0", "--steps must be at least 1, got 0"),
+    ("--learning-rate", "-1", "--learning-rate must be a positive number, got -1.0"),
+    ("--learning-rate", "nan", "--learning-rate must be a positive number, got nan"),
+    ("--minutes", "-5", "--minutes must be a positive number, got -5.0"),
+    ("--stop-after", "0", "--stop-after must be a positive number, got 0.0"),
+    ("--checkpoint-minutes", "0", "--checkpoint-minutes must be a positive number, got 0.0"),
+    ("--max-length", "8", "--max-length must be at least 64 tokens"),
+])
+def test_values_that_would_train_nothing_are_refused_before_the_target_loads(tmp_path, capsys, monkeypatch,
+                                                                              option, value, says):
+    from specchat import cli_train
+
+    def never(args, progress):
+        raise AssertionError("the target loaded before the values were checked")
+
+    monkeypatch.setattr(cli_train, "load_target", never)
+    assert main(["train-dflash", "--model", "smollm2-135m", "--device", "cpu", "--prompts", "p",
+                 "--replies", "r", "--out", str(tmp_path / "d"), option, value]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and says in err.splitlines()[-1]
