@@ -12,7 +12,8 @@
 #   adaptive k and proposer "auto" against fixed settings: bench prompts, then the conversation
 #            (bench/gpu/adaptive.py; needs the qwen2.5-coder-0.5b pack in the cache as well;
 #            DFLASH=DIR adds a trained drafter, NO_DRAFT=1 leaves the draft model out; the
-#            conversation's median of 3 rounds, ROUNDS=N)
+#            conversation's median of 3 rounds, ROUNDS=N; TOKENS=512 REPEATS=6: longer replies and
+#            more runs a row, for a steadier ratio against the best fixed k)
 #   adaptive-steps  where k auto spends its steps: verify time per step length, k taken, probes,
 #            the policy's host time per step (bench/gpu/adaptive_steps.py); `adaptive-steps conversation`:
 #            the conversation turn by turn, where proposer auto's steps went against n-gram k auto
@@ -101,7 +102,7 @@ chat)
   ;;
 adaptive)
   timeout 590 python3 bench/gpu/adaptive.py --part "${2:-both}" ${DFLASH:+--dflash "$DFLASH"} ${NO_DRAFT:+--draft ""} \
-    ${ROUNDS:+--conversation-repeats "$ROUNDS"} 2>&1 \
+    ${ROUNDS:+--conversation-repeats "$ROUNDS"} ${TOKENS:+--max-new-tokens "$TOKENS"} ${REPEATS:+--repeats "$REPEATS"} 2>&1 \
     | grep -v "Warn\|warn" | tee "$OUT/adaptive-${2:-both}.txt"
   ;;
 adaptive-steps)
