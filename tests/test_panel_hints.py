@@ -27,3 +27,29 @@ def test_a_step_without_drafts_says_why():
     assert "n-gram found no match" in last_step(no_match).plain
     off = Step([5], [], 0, "plain", 0, "off", 0.0, 0.01, 12)
     assert last_step(off).plain.strip() == "last step   plain decode"
+
+
+def test_a_step_auto_chose_says_what_it_chose_and_what_it_expected():
+    from specchat.widgets.inspector import auto_why
+    from specchat.widgets.panel import choices
+
+    drafted = Step([1, 2, 3], [1, 2, 9], 2, "correction", 3, "n-gram", 0.0, 0.01, 10, gain=1.8)
+    plain = Step([4], [], 0, "plain", 0, "off", 0.0, 0.01, 13, gain=1.0)
+    probe = Step([5, 6], [5], 1, "bonus", 1, "dflash", 0.0, 0.01, 14, gain=0.9, probe=True)
+    shown = [last_step(s).plain for s in (drafted, plain, probe)]
+    assert "auto chose  n-gram k 3" in shown[0] and "x1.80 plain expected" in shown[0]
+    assert "auto chose  plain step" in shown[1] and "drafts not worth it" in shown[1]
+    assert "auto chose  dflash k 1" in shown[2] and "a probe" in shown[2]
+    assert len({s.count("\n") for s in shown}) == 1  # one height: no layout as plain and drafting steps alternate
+    assert "expected x1.80 the tokens a second of plain steps" in auto_why(drafted)
+    assert "as a probe" in auto_why(probe) and "plain step" in auto_why(plain)
+    bars, key = choices([drafted, plain, probe]).plain.split("\n")
+    assert len(bars) == 3 and "n-gram" in key and "dflash" in key and "draft " not in key
+
+
+def test_a_step_of_a_fixed_k_adds_no_auto_lines():
+    from specchat.widgets.inspector import auto_why
+    from specchat.widgets.panel import choices
+
+    fixed = draft_step(2)
+    assert "auto" not in last_step(fixed).plain and auto_why(fixed) == "" and choices([fixed]) is None

@@ -69,7 +69,12 @@ HOW_IT_WORKS = (
     "probability of each draft, the top five it wanted instead, and what the step cost against a plain "
     "step. ctrl+r races your last prompt through every proposer: the same text as plain decoding in every "
     "column, at different speeds. The panel's tokens/step is step 3's average; its speedup is that gain "
-    "less what drafting and the longer verify step cost."
+    "less what drafting and the longer verify step cost.\n\n"
+    "With k past 15 (auto) or the proposer on auto, each step is chosen from the acceptance and step "
+    "costs measured so far: the panel's \"auto chose\" names the proposer and k (or a plain step) and the "
+    "speed over plain steps it expected, \"drafts asked per step\" draws the choices in each proposer's "
+    "colour, and the inspector says why a step was taken, a probe included (a proposer that sat out, "
+    "tried again to see whether it pays)."
 )
 
 

@@ -32,6 +32,21 @@ def verdict(i: int, step: Step) -> tuple[str, str]:
     return REFUSED if i == step.accepted else UNTESTED
 
 
+def auto_why(step: Step) -> str:
+    """Why k or proposer "auto" chose this step ("" for a step of a fixed k): the policy weighs
+    each proposer's expected tokens a step against the step's cost, both measured as the reply
+    goes, and a proposer that sat out is now and then given a step to show it pays again."""
+    if step.gain is None:
+        return ""
+    if step.proposer == "off":
+        return "auto chose a plain step: no proposer's drafts were expected to beat one"
+    if step.probe:
+        return (f"auto chose {step.proposer} with k = {step.k} as a probe: it had sat out, and this step asks "
+                "whether its drafts land again")
+    return (f"auto chose {step.proposer} with k = {step.k}: expected x{step.gain:.2f} the tokens a second "
+            "of plain steps, the best of its options")
+
+
 def step_lines(step: Step, piece: str, decode: Callable[[list[int]], str], plain_step_s: float | None) -> list:
     """The panel's lines, each a (text, style) pair or a plain string."""
     lines: list = [(f"token {piece!r}", "bold"),
@@ -40,6 +55,9 @@ def step_lines(step: Step, piece: str, decode: Callable[[list[int]], str], plain
     if plain_step_s is not None:
         cost += f"  (a plain step: {ms(plain_step_s)})"
     lines.append(cost)
+    why = auto_why(step)
+    if why:
+        lines.append((why, "italic"))
     view = step.inspection
     for i, draft in enumerate(step.drafts):
         word, style = verdict(i, step)

@@ -8,11 +8,13 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from engine import Metrics, Step
+from engine import MAX_K, Metrics, Step
 from specchat.widgets.redraw import redraw
 
 BARS = "▁▂▃▄▅▆▇█"
 KIND_STYLES = {"bonus": "$text-primary", "correction": "$text-warning", "plain": "$text-muted"}
+# who drafted a step, in the line of drafts asked per step (plain steps in the muted style)
+PROPOSER_STYLES = {"n-gram": "$text-success", "draft": "$text-primary", "dflash": "$text-accent"}
 HISTORY = 30  # steps the sparkline shows
 # A draft model drafts at every step, so no plain step is timed unless asked for: say how.
 NOT_TIMED = "speedup: no plain step timed yet;\nctrl+p to off for one reply times it"
@@ -117,21 +119,42 @@ def figures(stats: Stats) -> Content:
     )
 
 
+def auto_choice(step: Step) -> tuple[str, str] | None:
+    """(what k or proposer "auto" chose for this step, why), a few words each; None for a step of
+    a fixed k (only the policy's choices carry an expected gain)."""
+    if step.gain is None:
+        return None
+    if step.proposer == "off":
+        return "plain step", "drafts not worth it"
+    if step.probe:
+        return f"{step.proposer} k {step.k}", "a probe: pays again?"
+    return f"{step.proposer} k {step.k}", f"x{step.gain:.2f} plain expected"
+
+
 def last_step(step: Step | None) -> Content:
     if step is None:
         return Content.styled("last step   —", "$text-muted")
+    pad = " " * 12
     if not step.drafts:
         why = ""
         if step.proposer != "off":  # a proposer was on: say why this step went without drafts
-            why = f"\n{' ' * 12}{step.proposer} found no match" if step.k else f"\n{' ' * 12}no room to draft"
+            why = f"\n{pad}{step.proposer} found no match" if step.k else f"\n{pad}no room to draft"
         what = ("plain decode" + why, KIND_STYLES["plain"])
     else:
-        pad = " " * 12
         what = (
             f"{len(step.drafts)} drafted\n{pad}{step.accepted} accepted\n{pad}{step.kind}",
             KIND_STYLES[step.kind],
         )
-    return Content.assemble(("last step   ", "$text-muted"), what)
+    chosen = auto_choice(step)
+    if chosen is None:
+        return Content.assemble(("last step   ", "$text-muted"), what)
+    # under "auto" plain and drafting steps alternate: the same height for both keeps the panel
+    # from a layout of the whole screen at each change (redraw.py)
+    text, style = what
+    text += "\n" * (2 - text.count("\n"))
+    choice, why = chosen
+    return Content.assemble(("last step   ", "$text-muted"), (text, style),
+                            ("\nauto chose  ", "$text-muted"), (choice, "bold"), (f"\n{pad}{why}", "$text-muted"))
 
 
 def sparkline(steps: list[Step]) -> Content:
@@ -145,6 +168,22 @@ def sparkline(steps: list[Step]) -> Content:
             for s in steps
         )
     )
+
+
+def choices(steps: list[Step]) -> Content | None:
+    """Drafts asked per step, a bar each (k of MAX_K) in the style of who drafted, plain steps low
+    and muted, and under it the styles' key: what k and proposer "auto" chose step by step. None
+    where no step of these was the policy's choice (a fixed k says as much in the panel's head)."""
+    if not any(s.gain is not None for s in steps):
+        return None
+    bars = Content.assemble(*(
+        (BARS[round(s.k / MAX_K * (len(BARS) - 1))] if s.drafts else BARS[0],
+         PROPOSER_STYLES.get(s.proposer, KIND_STYLES["plain"]) if s.drafts else KIND_STYLES["plain"])
+        for s in steps
+    ))
+    seen = {s.proposer for s in steps if s.drafts}
+    key = [(f"{BARS[5]} {name}  ", style) for name, style in PROPOSER_STYLES.items() if name in seen]
+    return bars + Content("\n") + Content.assemble(*key, (f"{BARS[0]} plain", KIND_STYLES["plain"]))
 
 
 def histogram(m: Metrics, width: int = 18) -> Content:
@@ -163,16 +202,19 @@ def histogram(m: Metrics, width: int = 18) -> Content:
 class SpecPanel(VerticalScroll):
     """The right-hand panel. `show(...)` redraws it from the stats."""
 
-    PARTS = ("proposer", "last-step", "figures", "sparkline", "histogram")
+    PARTS = ("proposer", "last-step", "figures", "sparkline", "choices", "histogram")
 
     def compose(self):
         # Kept by reference: a step that lands while the app closes updates them harmlessly.
         self.parts = {name: Static(id=name) for name in self.PARTS}
+        self.choices_heading = Static("drafts asked per step · auto", classes="heading")
         yield self.parts["proposer"]
         yield self.parts["last-step"]
         yield self.parts["figures"]
         yield Static("accepted per step · reply", classes="heading")
         yield self.parts["sparkline"]
+        yield self.choices_heading  # shown while "auto" chooses: what it chose, step by step
+        yield self.parts["choices"]
         yield Static("accepted per step · session", classes="heading")
         yield self.parts["histogram"]
 
@@ -185,5 +227,11 @@ class SpecPanel(VerticalScroll):
         redraw(self.parts["proposer"], drafting)
         redraw(self.parts["last-step"], last_step(stats.last))
         redraw(self.parts["figures"], figures(stats))
-        redraw(self.parts["sparkline"], sparkline(list(stats.history)))
+        history = list(stats.history)
+        redraw(self.parts["sparkline"], sparkline(history))
+        chosen = choices(history)
+        if self.choices_heading.display != (chosen is not None):  # a change of display lays out the screen
+            self.choices_heading.display = self.parts["choices"].display = chosen is not None
+        if chosen is not None:
+            redraw(self.parts["choices"], chosen)
         redraw(self.parts["histogram"], histogram(stats.session))
