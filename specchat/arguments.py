@@ -74,7 +74,9 @@ def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
     add_need_options(s)
     s.add_argument("-k", type=k_value, default=None,
                    help="drafts per step, or auto: chosen each step (default: the proposer's own)")
-    s.add_argument("--sample-drafts", action="store_true", help="draft model samples its drafts (min(1, p/q) rule)")
+    s.add_argument("--sample-drafts", action="store_true",
+                   help="the draft model or DFlash drafter samples its drafts from its own distribution "
+                        "(min(1, p/q) rule)")
 
 
 def add_generate_arguments(p) -> None:

@@ -144,3 +144,62 @@ def test_the_same_run_with_a_mismatched_q_fails_the_bound(pair, monkeypatch):
 
     monkeypatch.setattr(draft_module, "probabilities", mismatched)
     assert tv(empirical_joint(target, draft, PARAMS), exact_joint(target, PARAMS)) > BOUND
+
+
+# DFlash's sampled drafts: each of a block's drafts drawn from the drafter's own distribution at
+# its position (none reads the drafts before it), kept with chance min(1, p/q).
+@pytest.fixture(scope="module")
+def flash(pair, tmp_path_factory):
+    from engine import load_drafter, write_random_drafter
+
+    target, _ = pair
+    path = write_random_drafter(tmp_path_factory.mktemp("flash"), target, num_layers=1, block_size=4,
+                                mask_token_id=VOCAB - 1, seed=7, std=0.5)
+    return target, load_drafter(str(path), target)
+
+
+def flash_joint(target, drafter, params) -> tuple[dict[tuple[int, ...], float], int]:
+    from engine import DFlashProposer
+
+    counts = dict.fromkeys(itertools.product(range(VOCAB), repeat=N), 0)
+    rejections = 0
+    for seed in range(RUNS):
+        run = dataclasses.replace(params, seed=seed)
+        result = generate(target, PROMPT, run, speculative=DFlashProposer(drafter, k=3, sample=True))
+        counts[tuple(result.tokens)] += 1
+        rejections += result.metrics.drafted - result.metrics.accepted
+    return {key: n / RUNS for key, n in counts.items()}, rejections
+
+
+def test_dflash_sampled_drafts_follow_the_targets_joint_distribution(flash):
+    target, drafter = flash
+    joint, rejections = flash_joint(target, drafter, PARAMS)
+    assert rejections > RUNS // 4  # the residual path ran often
+    assert tv(joint, exact_joint(target, PARAMS)) < BOUND
+
+
+def test_dflash_sampled_drafts_with_a_mismatched_q_fail_the_bound(flash, monkeypatch):
+    from engine.speculation.proposers.dflash import proposer as flash_module
+
+    target, drafter = flash
+    right = flash_module.probabilities
+
+    def mismatched(logits, params):
+        return right(logits, dataclasses.replace(params, temperature=params.temperature * 0.3))
+
+    monkeypatch.setattr(flash_module, "probabilities", mismatched)
+    assert tv(flash_joint(target, drafter, PARAMS)[0], exact_joint(target, PARAMS)) > BOUND
+
+
+def test_dflash_drafts_stay_greedy_unless_sampling_is_asked_for(flash):
+    """Without --sample-drafts (or with greedy decoding) the drafts are the drafter's argmax and
+    the reply is plain decoding's token for token, sampled or not."""
+    from engine import DFlashProposer
+
+    target, drafter = flash
+    for params in (dataclasses.replace(PARAMS, seed=4), SamplingParams(max_tokens=N)):
+        plain = generate(target, PROMPT, params)
+        assert generate(target, PROMPT, params, speculative=DFlashProposer(drafter, k=3)).tokens == plain.tokens
+    greedy = SamplingParams(max_tokens=N)
+    assert generate(target, PROMPT, greedy, speculative=DFlashProposer(drafter, k=3, sample=True)).tokens == \
+        generate(target, PROMPT, greedy).tokens

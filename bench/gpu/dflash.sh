@@ -32,7 +32,8 @@
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
-#                          sampled) with it
+#                          sampled) with it; SAMPLED=1: the sampled rows' drafts drawn from the drafter's own
+#                          distribution (--sample-drafts, the min(1, p/q) rule)
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
 #   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
 #                          from, as a tar in parts of 16 MB, 4 a call and the checksum (files back are 64 MiB
@@ -122,7 +123,8 @@ eval)
 bench)
   for prompt in edit explain; do
     timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
-      --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers --out "$OUT/bench-dflash-l$2${TAG:-}-$prompt" 2>&1 \
+      --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
+      --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}-$prompt" 2>&1 \
       | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
   done
   ;;

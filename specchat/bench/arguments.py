@@ -106,7 +106,8 @@ def parse_pace(text: str) -> tuple[int, float]:
 def add_chat_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="pack name, HF directory, GGUF file or hub id")
     add_need_options(p)
-    p.add_argument("--sample-drafts", action="store_true", help="the draft model samples its drafts")
+    p.add_argument("--sample-drafts", action="store_true",
+                   help="the draft model and the DFlash drafter sample their drafts (min(1, p/q) rule)")
     add_target_options(p)
     p.add_argument("--eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--scripted", action="store_true", help="a paced script instead of a model")

@@ -222,15 +222,18 @@ class DFlashDrafter(nn.Module):
         self.seq.release()
 
     @torch.inference_mode()
-    def draft(self, states: list[torch.Tensor], anchor: int | torch.Tensor) -> torch.Tensor:
+    def draft(self, states: list[torch.Tensor], anchor: int | torch.Tensor, logits: bool = False) -> torch.Tensor:
         """Append the verified tokens' states (in order) to the context, then run the block after
-        `anchor` (a token id, or a [1] tensor on the device): the B-1 greedy drafts [B-1], on the
-        device. With graphs this is one replay; nothing is read back."""
+        `anchor` (a token id, or a [1] tensor on the device): the B-1 greedy drafts [B-1], or with
+        `logits` their logits [B-1, V] (float32; drafts sampled from them), on the device. With
+        graphs this is one replay, whose outputs the next replay overwrites; nothing is read back."""
         if self.graphs is not None:
-            return self.graphs.run(states, anchor)[1]
+            scores, drafts = self.graphs.run(states, anchor)
+            return scores if logits else drafts
         if states:
             self.extend(torch.cat(states))
-        return self.block(anchor).argmax(dim=-1)
+        scores = self.block(anchor)
+        return scores if logits else scores.argmax(dim=-1)
 
     def take_in(self, states: torch.Tensor) -> None:
         """Append verified tokens to the context without drafting: through context-only graph

@@ -6,6 +6,16 @@ is one drafter pass over [last token, mask x (B-1)], whatever k: the first k of 
 drafts are proposed. Drafts are deterministic given the context, so verification is the
 exact-match rule and sampled output equals plain sampled output.
 
+With sampled drafts (`sample`, --sample-drafts) and sampled decoding, each of the k drafts is
+drawn from the drafter's own distribution at its block position, filtered as the target's
+sampling is (temperature, top-k, top-p), with noise of its own; the verify step keeps draft i
+with chance min(1, p/q) and draws a refused one's replacement from the residual, so the reply
+follows the target's distribution exactly, though no longer plain sampling's tokens one for one.
+The block's positions are drafted in one pass, none reading the drafts before it: q of draft i
+is its position's distribution whatever was drawn before it, which is what the rule needs.
+Where the target's p spreads over a few tokens, a draft drawn from a q like it is kept more often
+than its most likely token would be (sum of min(p, q) against p of that one token).
+
 The drafts stay on the device: propose hands them to the verify step's input as a tensor
 (DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
 the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
@@ -25,6 +35,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
+from engine.runtime.sampling import DRAFT, SamplingParams, probabilities, sample
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.dflash import RANDOM
 from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
@@ -37,6 +48,7 @@ from engine.speculation.proposers.spec import ProposerOptions
 # kernels each, not yet timed (bench/gpu/dflash_costs.py times it). A fifth of a plain step until
 # then: it is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.2
+GREEDY = SamplingParams()  # the drafts' sampling unless they are sampled
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
@@ -49,11 +61,13 @@ class DFlashProposer(Proposer):
 
     name = "dflash"
 
-    def __init__(self, drafter: DFlashDrafter, k: int | str | None = None):
+    def __init__(self, drafter: DFlashDrafter, k: int | str | None = None, sample: bool = False):
         self.max_k = drafter.block_size - 1  # one pass drafts a block: the anchor, then B - 1 drafts
         self.max_k_why = f"this drafter's block of {drafter.block_size} gives at most {self.max_k} drafts"
         super().__init__(self.max_k if k is None else k)
         self.drafter = drafter
+        self.sample = sample
+        self.sampling: SamplingParams = GREEDY  # the reply's, when drafts are sampled (attach)
         # target states not yet in the drafter's cache, oldest first: copies of its own (`held`),
         # then the latest steps' (`fresh`: views of the target's outputs, which its next step
         # may overwrite)
@@ -67,6 +81,11 @@ class DFlashProposer(Proposer):
                 f"this DFlash drafter was loaded for another target model: load it for {target.name}"
             )
         target.state_layers = self.drafter.state_layers
+        self.sampling = sampling if self.sample else GREEDY
+
+    @property
+    def sampled_drafts(self) -> bool:
+        return self.sample and not self.sampling.greedy
 
     def detach(self, target) -> None:
         target.state_layers = ()
@@ -120,11 +139,19 @@ class DFlashProposer(Proposer):
         # whole drafter pass, a catch-up included. The fresh states are read before the target's
         # next step, which may overwrite them (CUDA graph output buffers).
         states, self.held, self.fresh, self.pending = self.held + self.fresh, [], [], 0
-        # copied out of the drafter's graph output: that buffer sits in the target's graph memory
-        # pool, and the verify step, replayed before the host reads the drafts, may reuse it
-        on_device = self.drafter.draft(states, context[-1])[:k].clone()
+        if self.sampled_drafts:
+            # drafts and q are new tensors made from the graph's logits before the verify step
+            # is queued, which may reuse that output's memory
+            logits = self.drafter.draft(states, context[-1], logits=True)[:k]
+            positions = torch.arange(len(context), len(context) + k, device=logits.device)
+            drafts = sample(logits, positions, self.sampling, noise=DRAFT)
+            proposal = DeviceProposal(drafts, probabilities(logits, self.sampling))
+        else:
+            # copied out of the drafter's graph output: that buffer sits in the target's graph
+            # memory pool, and the verify step, replayed before the host reads the drafts, may reuse it
+            proposal = DeviceProposal(self.drafter.draft(states, context[-1])[:k].clone())
         assert self.drafter.context_length == len(context) - 1, (self.drafter.context_length, len(context))
-        return DeviceProposal(on_device)
+        return proposal
 
     def warm_up(self, target, sampling, progress=None) -> None:
         # the target's steps keep the drafter's states while it drafts: those are other graphs
@@ -133,7 +160,7 @@ class DFlashProposer(Proposer):
             self.drafter.graphs.warm_up()
 
     def describe(self) -> str:
-        return f"dflash {self.drafter.name} k={self.k}"
+        return f"dflash {self.drafter.name} k={self.k}" + (" sampled" if self.sample else "")
 
 
 def load(target, options: ProposerOptions) -> DFlashDrafter:
@@ -144,8 +171,9 @@ def load(target, options: ProposerOptions) -> DFlashDrafter:
         with tempfile.TemporaryDirectory(prefix="specchat-dflash-") as tmp:
             drafter = load_drafter(str(write_random_drafter(Path(tmp) / "random-drafter", target)), target)
     drafter.random = source == RANDOM
+    drafter.sample_drafts = options.sample_drafts
     return drafter
 
 
 def make(drafter: DFlashDrafter, k: int) -> DFlashProposer:
-    return DFlashProposer(drafter, k=k)
+    return DFlashProposer(drafter, k=k, sample=getattr(drafter, "sample_drafts", False))
