@@ -165,6 +165,21 @@ def test_sampled_output_equals_plain_sampled(graphed, drafter):
     assert generate(graphed, PROMPT, sampling, speculative=DFlashProposer(drafter, 6)).tokens == plain
 
 
+def test_sampled_drafts_from_the_graphed_pass_are_the_eager_pass_drafts(graphed, checkpoint):
+    """Drafts sampled from the graph's logits (read before the verify step may reuse them) are the
+    ones the same drafter samples op by op; the reply keeps the draws made at each position."""
+    sampling = SamplingParams(temperature=1.0, seed=11, max_tokens=24)
+    replies = []
+    for eager in (False, True):
+        target = graphed if not eager else to_device(graphed, eager=True)
+        drafter = load_drafter(str(checkpoint), target)
+        assert (drafter.graphs is None) == eager
+        result = generate(target, PROMPT, sampling, speculative=DFlashProposer(drafter, 6, sample=True))
+        assert result.metrics.drafted > 0 and len(result.tokens) == 24
+        replies.append(result.tokens)
+    assert replies[0] == replies[1]
+
+
 def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint):
     """The graphed pass still runs, but its logits are swapped (inside the graph) for the plain
     reply's next tokens, wrong wherever the position is a multiple of 7: whole blocks are
