@@ -121,7 +121,7 @@ eval)
   python3 bench/gpu/dflash_curve.py ${CURVES:-$DATA/history-l*.json} --out "$OUT/dflash-training.png"
   ;;
 bench)
-  for prompt in edit explain; do
+  for prompt in ${PROMPTS:-edit explain}; do
     timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
       --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
       --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}-$prompt" 2>&1 \
