@@ -203,3 +203,22 @@ def test_dflash_drafts_stay_greedy_unless_sampling_is_asked_for(flash):
     greedy = SamplingParams(max_tokens=N)
     assert generate(target, PROMPT, greedy, speculative=DFlashProposer(drafter, k=3, sample=True)).tokens == \
         generate(target, PROMPT, greedy).tokens
+
+
+def test_bench_rows_with_sampled_drafts_need_the_plain_text_only_when_greedy(flash):
+    """A sampled row whose drafts are sampled follows the model's distribution, not plain
+    sampling's tokens, so the bench does not call a different text there a failure; greedy rows
+    and rows of greedy drafts still must match."""
+    from engine import AutoProposer, DFlashProposer, NgramProposer
+    from specchat.bench.runs import Case, Method, our_jobs, samples_drafts
+
+    target, drafter = flash
+    assert samples_drafts(DFlashProposer(drafter, 3, sample=True)) and not samples_drafts(DFlashProposer(drafter, 3))
+    assert samples_drafts(AutoProposer([NgramProposer(3), DFlashProposer(drafter, 3, sample=True)]))
+    assert not samples_drafts(None)
+    cases = [Case(None, "greedy", SamplingParams(), PROMPT), Case(None, "sampled", PARAMS, PROMPT)]
+    methods = [Method("dflash", 3, "sampled drafts", lambda: DFlashProposer(drafter, 3, sample=True)),
+               Method("dflash", 3, "greedy drafts", lambda: DFlashProposer(drafter, 3))]
+    must_match = {(j.case.sampling_name, j.label): j.deterministic for j in our_jobs(target, cases, methods)}
+    assert must_match == {("greedy", "sampled drafts"): True, ("sampled", "sampled drafts"): False,
+                          ("greedy", "greedy drafts"): True, ("sampled", "greedy drafts"): True}

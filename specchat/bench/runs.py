@@ -130,8 +130,18 @@ def timed_generate(model, ids: list[int], sampling: SamplingParams, stop_ids, pr
     return Run(list(gen.tokens), end - start, first.prefill_s, gen.metrics, draft_prefill_s)
 
 
+def samples_drafts(proposer) -> bool:
+    """Whether `proposer` (or a member of proposer auto) draws its drafts from its own
+    distribution (--sample-drafts): then a sampled reply follows the model's distribution, not
+    plain sampling's tokens one for one."""
+    if proposer is None:
+        return False
+    return any(getattr(p, "sample", False) for p in proposer.members)  # a proposer's members: itself
+
+
 def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:
     stop_ids = model.stop_ids()
+    sampling_drafts = {m.label: samples_drafts(m.make()) for m in method_list}
     return [
         Job(
             SPECCHAT,
@@ -139,7 +149,7 @@ def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:
             m.name,
             m.k,
             m.label,
-            True,
+            case.sampling.greedy or not sampling_drafts[m.label],  # its text must be plain decoding's
             lambda case=case, m=m: timed_generate(model, case.ids, case.sampling, stop_ids, m.make()),
         )
         for case in cases
