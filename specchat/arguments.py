@@ -128,6 +128,10 @@ def add_train_arguments(p) -> None:
     p.add_argument("--distill", type=float, default=0.0, metavar="W",
                    help="train towards W * the target's own next-token distribution + (1 - W) * its reply's "
                         "token (default 0: the reply's tokens alone); a resumed run keeps its own W")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="draft over the N tokens the training replies use most (their rows of lm_head: a "
+                        "cheaper loss and drafter pass; written beside the drafter as draft_vocab.json); "
+                        "default 0: the target's whole vocabulary, as z-lab's drafters")
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")

@@ -43,6 +43,8 @@ def check_values(args) -> None:
     for name in ("layers", "batch_size", "anchors", "epochs", "steps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise EngineError(f"{option(name)} must be at least 1, got {getattr(args, name)}")
+    if args.draft_vocab < 0:
+        raise EngineError(f"--draft-vocab must be at least 0 (0: the whole vocabulary), got {args.draft_vocab}")
     if args.warmup_steps < 0:
         raise EngineError(f"--warmup-steps must be at least 0, got {args.warmup_steps}")
     if args.max_length < MIN_LENGTH:
@@ -68,7 +70,8 @@ def train(args) -> int:
                              minutes=args.minutes, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
                              standardize_features=args.standardize_features,
-                             start_from_target=args.start_from_target, distill=args.distill)
+                             start_from_target=args.start_from_target, distill=args.distill,
+                             draft_vocab=args.draft_vocab)
     args.max_context = max(args.max_context or 0, args.max_length + 16)
     with message_progress() as progress:
         target = load_target(args, progress)

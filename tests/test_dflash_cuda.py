@@ -180,6 +180,21 @@ def test_sampled_drafts_from_the_graphed_pass_are_the_eager_pass_drafts(graphed,
     assert replies[0] == replies[1]
 
 
+def test_a_drafter_vocabulary_in_graphs_drafts_its_tokens_and_keeps_the_output(graphed, checkpoint):
+    """The pass's graph drafts over the drafter's own tokens (their lm_head rows, mapped back to
+    token ids inside the graph): every draft among them, the reply plain decoding's."""
+    from engine import Generation
+
+    drafter = load_drafter(str(checkpoint), graphed)
+    kept = list(range(0, VOCAB, 2))
+    drafter.use_vocab(kept)
+    greedy = SamplingParams(max_tokens=32)
+    steps = list(Generation(graphed, PROMPT, greedy, (), speculative=DFlashProposer(drafter, 6)))
+    drafts = {t for step in steps for t in step.drafts}
+    assert drafter.graphs.graphs and drafts and drafts <= set(kept)
+    assert [t for step in steps for t in step.tokens] == generate(graphed, PROMPT, greedy).tokens
+
+
 def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint):
     """The graphed pass still runs, but its logits are swapped (inside the graph) for the plain
     reply's next tokens, wrong wherever the position is a multiple of 7: whole blocks are

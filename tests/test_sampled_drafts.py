@@ -158,6 +158,19 @@ def flash(pair, tmp_path_factory):
     return target, load_drafter(str(path), target)
 
 
+@pytest.fixture(scope="module")
+def flash_two_tokens(pair, tmp_path_factory):
+    """A drafter that drafts over tokens 0 and 1 only (a drafter vocabulary, vocab.py)."""
+    from engine import load_drafter, write_random_drafter
+
+    target, _ = pair
+    path = write_random_drafter(tmp_path_factory.mktemp("flash2"), target, num_layers=1, block_size=4,
+                                mask_token_id=VOCAB - 1, seed=7, std=0.5)
+    drafter = load_drafter(str(path), target)
+    drafter.use_vocab([0, 1])
+    return target, drafter
+
+
 def flash_joint(target, drafter, params) -> tuple[dict[tuple[int, ...], float], int]:
     from engine import DFlashProposer
 
@@ -189,6 +202,17 @@ def test_dflash_sampled_drafts_with_a_mismatched_q_fail_the_bound(flash, monkeyp
 
     monkeypatch.setattr(flash_module, "probabilities", mismatched)
     assert tv(flash_joint(target, drafter, PARAMS)[0], exact_joint(target, PARAMS)) > BOUND
+
+
+def test_dflash_sampled_drafts_over_a_drafter_vocabulary_follow_the_targets_joint_distribution(flash_two_tokens):
+    """q is zero outside the drafter's tokens: drafts never leave them, and the residual carries
+    the target's mass there."""
+    target, drafter = flash_two_tokens
+    joint, rejections = flash_joint(target, drafter, PARAMS)
+    assert rejections > RUNS // 4
+    exact = exact_joint(target, PARAMS)
+    assert tv(joint, exact) < BOUND
+    assert sum(p for key, p in joint.items() if 2 in key) > 0.1  # token 2, never drafted, is still written
 
 
 def test_dflash_drafts_stay_greedy_unless_sampling_is_asked_for(flash):

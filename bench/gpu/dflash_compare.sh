@@ -8,7 +8,8 @@
 # they are ("--seed=1"); CODE: a folder holding another commit's engine and specchat (`git archive
 # COMMIT engine specchat | tar -x -C .old`, carried), whose trainer runs instead of this tree's.
 # Each drafter is dflash-l2-NAME in the cache; its history comes back as history-l2-NAME.json.
-#   dflash_compare.sh 1000 ls:short all:all all-s1:all:--seed=1 ls-old:short::.tenth
+#   dflash_compare.sh 1000 ls:short all:all all-s1:all:--seed=1 ls-a128:short:--anchors=128 \
+#       ls-v32k:short:--draft-vocab=32768                  (ls-old:short::.old: an earlier trainer)
 set -uo pipefail
 steps=$1; shift
 for variant in "$@"; do

@@ -19,6 +19,7 @@ from engine.speculation.proposers.dflash.network import (
     distinct_target_layer_ids,
     zlab_weight_shapes,
 )
+from engine.speculation.proposers.dflash.vocab import read_vocab, write_vocab
 
 TRAINING = "training"  # a trained drafter's run, beside its weights: checkpoint and history.json
 MEASURED_STEPS = 50  # the training's last steps whose acceptance a loaded drafter starts from
@@ -76,6 +77,9 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     drafter.name = Path(path_or_hub_id.rstrip("/")).name
     drafter.measured = measured_acceptance(path, cfg.block_size)
     drafter.bind(target, target.max_context)
+    vocab = read_vocab(path)
+    if vocab is not None:  # trained here over the tokens its target writes most (vocab.py)
+        drafter.use_vocab(vocab)
     return drafter
 
 
@@ -152,14 +156,17 @@ def drafter_config(target, num_layers: int = 5, block_size: int = 16, mask_token
 
 
 def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dtype = torch.bfloat16,
-                 feature_scale: torch.Tensor | None = None) -> Path:
+                 feature_scale: torch.Tensor | None = None, vocab: list[int] | None = None) -> Path:
     """Write a drafter in z-lab's format: config.json and model.safetensors under z-lab's names
     (what `load_drafter`, z-lab's model class, vLLM and SGLang read). The file is written under
     another name and renamed, so a reader never finds half of it.
 
     feature_scale [n * H], in fc's input order: a drafter trained on the target's states divided
     by it is written with fc's columns divided by it, so it reads the raw states as every
-    loader gives them and computes the same function."""
+    loader gives them and computes the same function.
+
+    vocab: the token ids it drafts over, when fewer than the target's (draft_vocab.json beside
+    z-lab's files, which z-lab's loaders do not read)."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -171,6 +178,8 @@ def save_drafter(drafter: DFlashDrafter, directory: str | Path, dtype: torch.dty
     save_file(tensors, str(directory / "model.safetensors.partial"))
     os.replace(directory / "model.safetensors.partial", directory / "model.safetensors")
     (directory / "config.json").write_text(json.dumps(drafter.config.to_zlab(), indent=2))
+    if vocab is not None:
+        write_vocab(directory, vocab)
     return directory
 
 

@@ -145,7 +145,7 @@ class DrafterGraphs:
         if context_only:
             return None
         logits = drafter._fused_block(self.ids, self.start + n, self.page_table)
-        return logits, logits.argmax(dim=-1)
+        return logits, drafter.drafts_of(logits)
 
     def _capture(self, body):
         """Warm up (compiles the kernels) and capture `body`, both on scratch inputs: start 0 and

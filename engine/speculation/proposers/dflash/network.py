@@ -181,6 +181,32 @@ class DFlashDrafter(nn.Module):
         self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.target = None
         self.graphs = None
+        self.vocab = None  # DraftVocab: the tokens it drafts, when fewer than the target's (vocab.py)
+
+    def use_vocab(self, ids: list[int]) -> None:
+        """Draft only over `ids` (ascending token ids), through the target's lm_head rows of
+        those. Set once, after `bind` and before any graph is captured: a pass's graph holds it."""
+        from engine.speculation.proposers.dflash.vocab import DraftVocab
+
+        if self.graphs is not None and self.graphs.graphs:
+            raise EngineError("a drafter's vocabulary is set before its graphs are captured")
+        self.vocab = DraftVocab(ids, self.target.decoder.lm_head.weight)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits of the block's final hidden over the tokens it drafts: the target's whole
+        vocabulary, or its own (`vocab`, [.., N])."""
+        if self.vocab is None:
+            return self.target.decoder.logits(hidden)
+        if hidden.is_cuda and self.backend == "triton":
+            from engine.kernels.gemv import linear
+
+            return linear(hidden, self.vocab.head, None, False, torch.float32)
+        return F.linear(hidden, self.vocab.head).float()
+
+    def drafts_of(self, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy drafts (token ids) of logits from `logits`."""
+        picked = logits.argmax(dim=-1)
+        return picked if self.vocab is None else self.vocab.to_tokens(picked)
 
     def bind(self, target, max_context: int) -> None:
         """Use this target's embeddings and lm_head; give the drafter a cache for max_context
@@ -229,11 +255,15 @@ class DFlashDrafter(nn.Module):
         graphs this is one replay, whose outputs the next replay overwrites; nothing is read back."""
         if self.graphs is not None:
             scores, drafts = self.graphs.run(states, anchor)
-            return scores if logits else drafts
-        if states:
-            self.extend(torch.cat(states))
-        scores = self.block(anchor)
-        return scores if logits else scores.argmax(dim=-1)
+        else:
+            if states:
+                self.extend(torch.cat(states))
+            scores = self.block(anchor)
+            drafts = None if logits else self.drafts_of(scores)
+        if not logits:
+            return drafts
+        # sampling reads logits over the target's vocabulary: a drafter's own is spread into it
+        return scores if self.vocab is None else self.vocab.spread(scores, self.target.config.vocab_size)
 
     def take_in(self, states: torch.Tensor) -> None:
         """Append verified tokens to the context without drafting: through context-only graph
@@ -294,8 +324,9 @@ class DFlashDrafter(nn.Module):
 
     @torch.inference_mode()
     def block(self, anchor: int | torch.Tensor) -> torch.Tensor:
-        """Logits [B-1, V] (float32) of the drafts after `anchor`, the token at position
-        context_length, op by op. The cache is left holding the context only."""
+        """Logits [B-1, V] (float32; [B-1, N] over a drafter vocabulary of its own) of the drafts
+        after `anchor`, the token at position context_length, op by op. The cache is left holding
+        the context only."""
         start = self.seq.length
         self.seq.append(self.block_size)
         try:
@@ -320,7 +351,7 @@ class DFlashDrafter(nn.Module):
         cos, sin = rope_tables(self.block_offsets + start, s.head_dim, s.rope_theta, x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin, ctx)
-        return self.target.decoder.logits(self.norm(x[1:]))
+        return self.logits(self.norm(x[1:]))
 
     def _fused_block(self, ids: torch.Tensor, start: torch.Tensor, page_table: torch.Tensor) -> torch.Tensor:
         """The block through the fused Triton layers (CUDA): ids [B] at positions start.. (start a
@@ -331,7 +362,7 @@ class DFlashDrafter(nn.Module):
         for layer in self.layers:
             x, residual = layer.fused_forward(x, residual, positions, self.inv_freq, ctx)
         hidden, _ = self.norm.add_forward(x, residual)
-        return self.target.decoder.logits(hidden[1:])
+        return self.logits(hidden[1:])
 
     @torch.no_grad()
     def load_zlab_state(self, tensors: dict[str, torch.Tensor]) -> None:

@@ -27,6 +27,7 @@ from engine.speculation.proposers.dflash.training.blocks import (
     teacher_rows,
 )
 from engine.speculation.proposers.dflash.training.linear_loss import linear_cross_entropy
+from engine.speculation.proposers.dflash.vocab import DraftVocab
 
 
 @torch.no_grad()
@@ -142,13 +143,16 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
 
 def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.Tensor,
                loss_mask: torch.Tensor, blocks: Blocks, gamma: float, final: torch.Tensor | None = None,
-               distill: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+               distill: float = 0.0, vocab: DraftVocab | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The position-weighted cross-entropy of the blocks' drafts against the reply, and the
     acceptance curve of their greedy drafts on the device (blocks.acceptance_curve: tau is one plus its sum).
     The logits go through linear_loss.py, which never keeps them (gigabytes a sample).
     With distill W > 0 and the target's final hidden [b, S, H] (batch_states_and_final), the
     gradient follows W * the target's own next-token distribution + (1 - W) * the reply's token;
-    the loss returned stays the hard-label one."""
+    the loss returned stays the hard-label one.
+    With a drafter vocabulary (vocab.py) the drafts are scored over its tokens alone, through
+    their rows of lm_head: a label outside it weighs nothing and is never a hit (the drafter
+    cannot draft it), and a teacher's distribution is its softmax over the same tokens."""
     bs = drafter.config.block_size
     b, n = blocks.anchors.shape
     hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks)
@@ -159,7 +163,14 @@ def block_loss(drafter: DFlashDrafter, target, states: torch.Tensor, ids: torch.
     if getattr(lm_head, "bias", None) is not None:
         raise EngineError("DFlash training expects a target whose lm_head has no bias")
     teacher = teacher_rows(final, blocks, bs) if distill > 0.0 and final is not None else None
-    total, hits = linear_cross_entropy(hidden.flatten(0, 2), lm_head.weight, wanted.flatten(), weights,
-                                       teacher=teacher, distill=distill)
+    head, targets = lm_head.weight, wanted.flatten()
+    if vocab is not None:
+        head, targets = vocab.head, vocab.index[targets]
+        inside = targets >= 0
+        weights, targets = weights * inside, targets.clamp(min=0)
+    total, hits = linear_cross_entropy(hidden.flatten(0, 2), head, targets, weights, teacher=teacher,
+                                       distill=distill)
+    if vocab is not None:
+        hits = hits & inside
     correct = hits.view_as(wanted) & counted
     return total / weights.sum().clamp(min=1e-6), acceptance_curve(correct, blocks.keep)

@@ -37,6 +37,7 @@ from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
 from engine.speculation.proposers.dflash.training.start import random_start, target_start
 from engine.speculation.proposers.dflash.training.validation import VALIDATION_SEED, split_validation
+from engine.speculation.proposers.dflash.vocab import DraftVocab, frequent_tokens
 
 CHECKPOINTS = TRAINING  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
@@ -83,6 +84,9 @@ class TrainSettings:
     # W: each row's training target is W * the target's own next-token distribution + (1 - W) *
     # the reply's token (knowledge distillation); 0 trains on the reply's tokens alone
     distill: float = 0.0
+    # N > 0: the drafter drafts over the N tokens most frequent in the training replies (vocab.py),
+    # its loss two products over N rows of lm_head instead of all; 0: the target's whole vocabulary
+    draft_vocab: int = 0
     # prompts whose samples never train, at most a tenth of them (validation.py), and the
     # training minutes between two measurements on them
     validation_prompts: int = 16
@@ -163,6 +167,13 @@ class Trainer:
         self.state = RunState(total=settings.steps or self._epoch_steps())
         self._epoch_order: tuple[int, list[int]] = (-1, [])
         self.feature_scale: torch.Tensor | None = None  # [n * H] in the target's state order
+        # the drafter's own vocabulary, a function of the training samples (a resumed run, given
+        # the same ones, finds the same)
+        self.vocab_ids: list[int] | None = None
+        self.vocab: DraftVocab | None = None
+        if 0 < settings.draft_vocab < target.config.vocab_size:
+            self.vocab_ids = frequent_tokens([x.ids[x.reply_start :] for x in self.samples], settings.draft_vocab)
+            self.vocab = DraftVocab(self.vocab_ids, target.decoder.lm_head.weight)
         if checkpoint is not None:
             self._restore(checkpoint)
 
@@ -193,7 +204,7 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
             "run": asdict(self.state), "feature_scale": self.feature_scale, "data": self.digest,
         })
-        save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale())
+        save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale(), self.vocab_ids)
         # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau,
         # acceptance curve] rows, the training steps' and the validation's
         (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
@@ -323,7 +334,7 @@ class Trainer:
         autocast = torch.autocast("cuda", torch.bfloat16) if self.autocast else contextlib.nullcontext()
         with autocast:
             loss, accepted = block_loss(self.drafter, self.target, states, ids, loss_mask, blocks, s.gamma,
-                                        final, s.distill)
+                                        final, s.distill, self.vocab)
         return loss, accepted, kept
 
     def _next_batch(self) -> list[Sample]:
