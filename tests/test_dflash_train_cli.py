@@ -107,6 +107,18 @@ def test_train_dflash_writes_a_drafter_and_its_data_card_and_resumes(gguf, tmp_p
                  "--max-tokens", "8"]) == 0
 
 
+def test_train_dflash_with_a_drafter_vocabulary_writes_it_says_it_and_runs_with_it(gguf, tmp_path, capsys):
+    prompts, replies = write_data(tmp_path)
+    out = tmp_path / "drafter"
+    assert train_cli(gguf, prompts, replies, out, "--steps", "2", "--draft-vocab", "5") == 0
+    kept = json.loads((out / "draft_vocab.json").read_text())["token_ids"]
+    assert len(kept) == 5 and kept == sorted(kept)
+    assert json.loads((out / "data-card.json").read_text())["draft_vocab"] == 5
+    assert "drafts over the 5 tokens" in (out / "DATA.md").read_text()
+    assert main(["run", "--model", str(gguf), "--device", "cpu", "--dflash", str(out), "--prompt", "hi",
+                 "--max-tokens", "8"]) == 0
+
+
 def test_replies_made_by_another_model_are_refused_in_one_line(gguf, tmp_path, capsys):
     """A drafter learns its own target's replies: token ids past its vocabulary, or tokens that
     do not spell the reply's text with its tokenizer, name the file and stop before training."""

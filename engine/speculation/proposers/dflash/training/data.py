@@ -148,9 +148,10 @@ def check_made_by(target, path, reply: dict, tokens: list[int]) -> None:
 
 
 def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples: list[Sample],
-              max_length: int, validation: int = 0) -> dict:
+              max_length: int, validation: int = 0, draft_vocab: int = 0) -> dict:
     """What the drafter was trained on: sources, counts, tokens, and what was kept out (among the
-    samples, `validation` held out to measure it while it trains)."""
+    samples, `validation` held out to measure it while it trains; `draft_vocab`: the tokens it
+    drafts over when fewer than the target's, the replies' most frequent)."""
     prompts = read_jsonl(prompts_path)
     return {
         # where the prompts' code was read: the machine that made them, not necessarily this one
@@ -166,6 +167,7 @@ def data_card(prompts_path: str | Path, replies_paths: list[str | Path], samples
         "reply_tokens": sum(len(s.ids) - s.reply_start for s in samples),
         "max_length": max_length,
         "validation_samples": validation,
+        "draft_vocab": draft_vocab,
         "excluded": {
             "bench_modules": list(BENCH_MODULES),
             "held_out_modules": list(HELD_OUT_MODULES),
@@ -185,7 +187,9 @@ def write_data_card(folder: str | Path, card: dict) -> None:
          f"{card['prompt_tokens']:,} prompt tokens and {card['reply_tokens']:,} reply tokens written by the "
          f"target itself; samples cut at {card['max_length']} tokens. Of these, "
          f"{card.get('validation_samples', 0)} (both replies of a few prompts) never trained: the run measured the "
-         "drafter on them (training/history.json, \"validation\")."), "",
+         "drafter on them (training/history.json, \"validation\")."
+         + (f" The drafter drafts over the {card['draft_vocab']:,} tokens these replies use most "
+            "(draft_vocab.json)." if card.get("draft_vocab") else "")), "",
         "Sources: " + ", ".join(f"{k} ({v})" for k, v in card["sources"].items()) + ".", "",
         "Tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(card["tasks"].items())) + ".", "",
         ("Kept out: the bench's modules (" + ", ".join(card["excluded"]["bench_modules"]) + "), the held-out "

@@ -50,5 +50,6 @@ def train_dflash(
         raise EngineError(f"{out} already holds a training run: --resume to continue it, or choose another --out")
     samples = read_samples(target, prompts, replies)
     trainer = Trainer(target, samples, settings, out, resume=resume)
-    write_data_card(out, data_card(prompts, replies, samples, settings.max_length, len(trainer.validation)))
+    write_data_card(out, data_card(prompts, replies, samples, settings.max_length, len(trainer.validation),
+                                   len(trainer.vocab_ids or ())))
     return trainer.run(on_step, stop_after_seconds=None if stop_after_minutes is None else stop_after_minutes * 60)
