@@ -121,3 +121,12 @@ def one_line_error(call, *args, **kw) -> str:
         call(*args, **kw)
     assert "\n" not in str(err.value)
     return str(err.value)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """A looping target, its own greedy replies to 48 random prompts and 6 held-out prompts
+    (tests/dflash_corpus.py): what the DFlash training tests train on."""
+    from tests.dflash_corpus import looping_corpus
+
+    return looping_corpus()

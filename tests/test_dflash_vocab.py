@@ -8,10 +8,11 @@ import torch
 
 from engine import DFlashProposer, Generation, SamplingParams, generate, load_drafter
 from engine.errors import EngineError
+from engine.speculation.proposers.dflash.training.evaluate import measure_tau
 from engine.speculation.proposers.dflash.training.forward import block_loss
 from engine.speculation.proposers.dflash.training.trainer import Trainer
 from engine.speculation.proposers.dflash.vocab import DraftVocab, frequent_tokens, read_vocab, write_vocab
-from tests.test_dflash_training import BLOCK, corpus, measure_tau, settings  # noqa: F401 (a fixture)
+from tests.dflash_corpus import settings
 
 
 def test_the_most_frequent_tokens_are_kept_ties_to_the_smaller_id():
@@ -42,7 +43,7 @@ def test_a_vocabulary_file_round_trips_and_a_bad_one_is_one_line(tmp_path):
         read_vocab(tmp_path)
 
 
-def test_a_vocabulary_of_every_token_scores_the_blocks_as_the_whole_lm_head_does(corpus, monkeypatch):  # noqa: F811
+def test_a_vocabulary_of_every_token_scores_the_blocks_as_the_whole_lm_head_does(corpus, monkeypatch):
     """The loss over a drafter vocabulary is the loss over its tokens' rows: with every token, in
     order, it is the whole vocabulary's, bit for bit; with fewer, another."""
     from engine.speculation.proposers.dflash.training.blocks import sample_anchors
@@ -61,7 +62,7 @@ def test_a_vocabulary_of_every_token_scores_the_blocks_as_the_whole_lm_head_does
     assert torch.isfinite(loss) and not torch.equal(loss, whole[0])
 
 
-def test_a_drafter_trained_over_its_own_vocabulary_drafts_only_those_tokens_and_keeps_the_output(corpus, tmp_path):  # noqa: F811
+def test_a_drafter_trained_over_its_own_vocabulary_drafts_only_those_tokens_and_keeps_the_output(corpus, tmp_path):
     target, samples, held_out = corpus
     kept = 12
     assert len({t for x in samples for t in x.ids[x.reply_start :]}) > kept  # some replies' tokens left out
