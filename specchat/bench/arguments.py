@@ -20,6 +20,9 @@ def add_common_arguments(
     )
     add_need_options(p)
     add_target_options(p)
+    p.add_argument("--sample-drafts", action="store_true",
+                   help="the draft model and the DFlash drafter sample their drafts (min(1, p/q) rule): "
+                        "sampled rows then follow the model's distribution, not plain sampling's tokens")
     p.add_argument("--batch-invariant", action="store_true", help=BATCH_INVARIANT_HELP)
     p.add_argument(
         "--threads",
