@@ -237,6 +237,13 @@ def test_bench_dflash_rows_with_a_random_drafter_are_labelled_and_exact(tmp_path
     assert "DFlash tokens per step" in out.out
 
 
+def test_bench_rows_with_sampled_drafts_are_held_to_plain_text_only_when_greedy(tmp_path, capsys, tiny_models):
+    results, _ = bench(tmp_path, capsys, "--model", "deep", "--dflash", "random", "--k", "2", "--sample-drafts")
+    dflash = {r["sampling"]: r for r in results["rows"] if r["method"] == "dflash"}
+    assert dflash["greedy"]["deterministic"] and dflash["greedy"]["same_text"]
+    assert not dflash["sampled"]["deterministic"]  # its text follows the model's distribution
+
+
 def test_bench_side_by_side_with_transformers_generate(tmp_path, capsys, monkeypatch):
     """A real transformers peer on a tiny Llama saved to disk: both engines load the same weights,
     so greedy plain decoding gives the same tokens, and every row of ours has its ratio."""
