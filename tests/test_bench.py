@@ -168,6 +168,22 @@ def test_runs_of_different_lengths_are_each_measured_by_their_own_tokens():
     assert r["repeats_agree"] is False
 
 
+def test_timed_runs_go_in_rounds_every_row_once_a_round():
+    """A drift of the machine's speed spreads over every row: after the warm-ups, each round runs
+    every job once."""
+    case = Case(load_prompts(["edit"])[0], "greedy", SamplingParams(max_tokens=3), [1, 2, 3])
+    order = []
+
+    def job(method):
+        def run():
+            order.append(method)
+            return Run([5, 6, 7], 0.5, 0.1)
+        return Job(SPECCHAT, case, method, 2, method, True, run)
+
+    execute([job("a"), job("b")], warmup=1, repeats=3)
+    assert order == ["a", "a", "b", "a", "b", "a", "b", "a", "b"]  # engine warm-up, warm-ups, 3 rounds
+
+
 def test_speedup_and_best_k_are_ratios_of_the_measured_times():
     case = Case(load_prompts(["edit"])[0], "greedy", SamplingParams(max_tokens=5), [1, 2, 3])
     # medians 2.0 and 0.5; the first plain run is the engine's untimed warm-up

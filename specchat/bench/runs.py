@@ -165,10 +165,13 @@ def planned_runs(jobs: list[Job], warmup: int, repeats: int) -> int:
 def execute(
     jobs: list[Job], warmup: int, repeats: int, tick: Callable[[str], None] = lambda _: None
 ) -> list[dict]:
-    """Run every job (warm-up runs, then timed repeats) and return one row each, linked.
+    """Run every job (its warm-up runs, then timed repeats) and return one row each, linked.
 
     Each engine first runs its first job once, untimed, so no row pays for the process's
-    first-use costs (allocations, lazy initialisation) even without per-job warm-ups."""
+    first-use costs (allocations, lazy initialisation) even without per-job warm-ups. The timed
+    repeats go in rounds, every job once a round: a drift of the machine's speed (clocks, heat,
+    another process) then spreads over every row instead of landing on the later ones, which
+    matters to ratios of rows a few per cent apart (k auto against the best fixed k)."""
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be >= 1 and warmup >= 0")
     firsts = {}
@@ -177,16 +180,16 @@ def execute(
     for job in firsts.values():
         tick(f"warm-up: {describe(job)}")
         job.run()
-    rows = []
     for job in jobs:
-        runs = []
-        for i in range(warmup + repeats):
+        for _ in range(warmup):
             tick(describe(job))
-            run = job.run()
-            if i >= warmup:
-                runs.append(run)
-        rows.append(row(job, runs))
-    return link(rows)
+            job.run()
+    timed: list[list[Run]] = [[] for _ in jobs]
+    for _ in range(repeats):
+        for job, runs in zip(jobs, timed, strict=True):
+            tick(describe(job))
+            runs.append(job.run())
+    return link([row(job, runs) for job, runs in zip(jobs, timed, strict=True)])
 
 
 def describe(job: Job) -> str:
