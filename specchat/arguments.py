@@ -128,6 +128,9 @@ def add_train_arguments(p) -> None:
     p.add_argument("--distill", type=float, default=0.0, metavar="W",
                    help="train towards W * the target's own next-token distribution + (1 - W) * its reply's "
                         "token (default 0: the reply's tokens alone); a resumed run keeps its own W")
+    p.add_argument("--gamma", type=float, default=7.0,
+                   help="the loss weight of block position i is exp(-(i-1)/gamma) (default 7, the paper's for "
+                        "blocks of 16): smaller puts the first drafts first")
     p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
                    help="draft over the N tokens the training replies use most (their rows of lm_head: a "
                         "cheaper loss and drafter pass; written beside the drafter as draft_vocab.json); "

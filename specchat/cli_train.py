@@ -50,7 +50,7 @@ def check_values(args) -> None:
     if args.max_length < MIN_LENGTH:
         raise EngineError(f"--max-length must be at least {MIN_LENGTH} tokens (a prompt and a block of drafts), "
                           f"got {args.max_length}")
-    for name in ("learning_rate", "minutes", "stop_after", "checkpoint_minutes"):
+    for name in ("learning_rate", "minutes", "stop_after", "checkpoint_minutes", "gamma"):
         value = getattr(args, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise EngineError(f"{option(name)} must be a positive number, got {value}")
@@ -71,7 +71,7 @@ def train(args) -> int:
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
                              standardize_features=args.standardize_features,
                              start_from_target=args.start_from_target, distill=args.distill,
-                             draft_vocab=args.draft_vocab)
+                             draft_vocab=args.draft_vocab, gamma=args.gamma)
     args.max_context = max(args.max_context or 0, args.max_length + 16)
     with message_progress() as progress:
         target = load_target(args, progress)

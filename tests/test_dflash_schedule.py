@@ -20,7 +20,7 @@ def test_no_warm_up_starts_at_the_peak():
     assert learning_rate(0, 0.0, 1e-3, 0) == pytest.approx(1e-3)
 
 
-def test_the_warm_up_given_reaches_the_training_settings(tmp_path, monkeypatch):
+def test_the_warm_up_gamma_and_vocabulary_given_reach_the_training_settings(tmp_path, monkeypatch):
     from specchat import cli_train
 
     seen = {}
@@ -31,8 +31,9 @@ def test_the_warm_up_given_reaches_the_training_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(cli_train, "load_target", stop)
     monkeypatch.setattr(cli_train, "TrainSettings", lambda **kw: seen.update(kw))
     assert main(["train-dflash", "--model", str(tmp_path / "none.gguf"), "--device", "cpu", "--prompts", "p",
-                 "--replies", "r", "--out", str(tmp_path / "d"), "--warmup-steps", "150"]) == 1
-    assert seen["warmup_steps"] == 150
+                 "--replies", "r", "--out", str(tmp_path / "d"), "--warmup-steps", "150", "--gamma", "4",
+                 "--draft-vocab", "4096"]) == 1
+    assert seen["warmup_steps"] == 150 and seen["gamma"] == 4.0 and seen["draft_vocab"] == 4096
 
 
 def test_a_negative_warm_up_is_refused_in_one_line(tmp_path, capsys):
@@ -50,6 +51,7 @@ def test_a_negative_warm_up_is_refused_in_one_line(tmp_path, capsys):
     ("--stop-after", "0", "--stop-after must be a positive number, got 0.0"),
     ("--checkpoint-minutes", "0", "--checkpoint-minutes must be a positive number, got 0.0"),
     ("--max-length", "8", "--max-length must be at least 64 tokens"),
+    ("--gamma", "0", "--gamma must be a positive number, got 0.0"),
 ])
 def test_values_that_would_train_nothing_are_refused_before_the_target_loads(tmp_path, capsys, monkeypatch,
                                                                               option, value, says):
