@@ -24,9 +24,8 @@ import torch.nn.functional as F
 from engine.errors import EngineError
 from engine.loading.gguf_convert import hf_config
 from engine.runtime.model import Model
-from engine.runtime.sampling import SamplingParams
+from engine.runtime.sampling import GREEDY
 
-GREEDY = SamplingParams()
 CHAIN = 15  # one-token steps of a chain: a draft model's longest proposal
 DRAFTER_LAYERS = (2, 5)  # DFlash drafters timed: train-dflash's default depth, z-lab's published one
 KINDS = {  # kernel name fragments -> part of a step

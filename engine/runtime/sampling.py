@@ -48,6 +48,9 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+GREEDY = SamplingParams()  # argmax: plain greedy decoding, and the drafts of a proposer that does not sample
+
+
 def _mix(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer hash (xor-shift-multiply), in int64 so every product stays below 2**63."""
     x = x & MASK32

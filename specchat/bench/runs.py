@@ -136,7 +136,7 @@ def samples_drafts(proposer) -> bool:
     plain sampling's tokens one for one."""
     if proposer is None:
         return False
-    return any(getattr(p, "sample", False) for p in proposer.members)  # a proposer's members: itself
+    return any(p.sample for p in proposer.members)  # a proposer's members: itself
 
 
 def our_jobs(model, cases: list[Case], method_list: list[Method]) -> list[Job]:

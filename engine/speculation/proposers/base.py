@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.limits import AUTO, MAX_K, check_k
+from engine.runtime.sampling import GREEDY
 
 
 @dataclass
@@ -59,6 +60,10 @@ class Proposer:
     estimates = None  # what the adaptive policy has learnt of this proposer (k = "auto")
     # whether `bucket` changes with the context (then k "auto" chooses afresh every step)
     bucket_follows_text = False
+    # a proposer that can draw its drafts from its own distribution (--sample-drafts) sets
+    # `sample`, and takes the reply's sampling in `attach`
+    sample = False
+    sampling = GREEDY
 
     def __init__(self, k: int | str):
         self.k = check_k(k, self.max_k, self.max_k_why)
@@ -66,6 +71,12 @@ class Proposer:
     def clamp(self, k: int | str) -> int | str:
         """k brought within 1..max_k (the chat's k control moves freely across proposers)."""
         return k if k == AUTO else max(1, min(self.max_k, k))
+
+    @property
+    def sampled_drafts(self) -> bool:
+        """Drafts drawn from the proposer's own distribution, verified by min(1, p/q): asked for,
+        and the reply is sampled."""
+        return self.sample and not self.sampling.greedy
 
     @property
     def members(self) -> list[Proposer]:

@@ -28,7 +28,14 @@ from torch import nn
 from engine.errors import EngineError
 from engine.limits import PAGE_SIZE
 from engine.network.config import ModelConfig
-from engine.network.decoder import DecoderLayer, RMSNorm, rope, rope_frequencies, rope_tables
+from engine.network.decoder import (
+    DecoderLayer,
+    RMSNorm,
+    rope,
+    rope_frequencies,
+    rope_tables,
+    triton_available,
+)
 from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.step_io import StepContext
 from engine.speculation.proposers.dflash.graphs import DrafterGraphs
@@ -197,7 +204,7 @@ class DFlashDrafter(nn.Module):
         vocabulary, or its own (`vocab`, [.., N])."""
         if self.vocab is None:
             return self.target.decoder.logits(hidden)
-        if hidden.is_cuda and self.backend == "triton":
+        if hidden.is_cuda and triton_available():  # as the target's own logits are made
             from engine.kernels.gemv import linear
 
             return linear(hidden, self.vocab.head, None, False, torch.float32)

@@ -35,7 +35,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
-from engine.runtime.sampling import DRAFT, SamplingParams, probabilities, sample
+from engine.runtime.sampling import DRAFT, GREEDY, probabilities, sample
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.dflash import RANDOM
 from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
@@ -48,7 +48,6 @@ from engine.speculation.proposers.spec import ProposerOptions
 # kernels each, not yet timed (bench/gpu/dflash_costs.py times it). A fifth of a plain step until
 # then: it is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.2
-GREEDY = SamplingParams()  # the drafts' sampling unless they are sampled
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
@@ -67,7 +66,6 @@ class DFlashProposer(Proposer):
         super().__init__(self.max_k if k is None else k)
         self.drafter = drafter
         self.sample = sample
-        self.sampling: SamplingParams = GREEDY  # the reply's, when drafts are sampled (attach)
         # target states not yet in the drafter's cache, oldest first: copies of its own (`held`),
         # then the latest steps' (`fresh`: views of the target's outputs, which its next step
         # may overwrite)
@@ -82,10 +80,6 @@ class DFlashProposer(Proposer):
             )
         target.state_layers = self.drafter.state_layers
         self.sampling = sampling if self.sample else GREEDY
-
-    @property
-    def sampled_drafts(self) -> bool:
-        return self.sample and not self.sampling.greedy
 
     def detach(self, target) -> None:
         target.state_layers = ()

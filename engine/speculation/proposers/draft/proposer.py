@@ -7,11 +7,10 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
 from engine.loading.loader import load_model
-from engine.runtime.sampling import DRAFT, SamplingParams, probabilities
+from engine.runtime.sampling import DRAFT, GREEDY, SamplingParams, probabilities
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.spec import ProposerOptions
 
-GREEDY = SamplingParams()
 # A chained draft step (a replay queued behind the one before, no host wait between them) against
 # the first, timed with its host round trip: on the H200 a 0.5B draft's k = 1 proposal took
 # 1.19 ms and each further draft 0.79 ms (bench/results/adaptive-prompts.txt). The run's own
@@ -43,16 +42,11 @@ class DraftProposer(Proposer):
         super().__init__(k)
         self.model = model
         self.sample = sample
-        self.sampling = GREEDY
         self.seq = model.new_sequence()
         # the tokens whose K/V are in the draft's cache, in order: the context of the last
         # proposal, then its drafts but the last, read from the proposal when next needed
         self.context: list[int] = []
         self.last: DeviceProposal | None = None
-
-    @property
-    def sampled_drafts(self) -> bool:
-        return self.sample and not self.sampling.greedy
 
     def attach(self, target, sampling: SamplingParams) -> None:
         check_same_vocabulary(target, self.model)

@@ -51,5 +51,5 @@ def train_dflash(
     samples = read_samples(target, prompts, replies)
     trainer = Trainer(target, samples, settings, out, resume=resume)
     write_data_card(out, data_card(prompts, replies, samples, settings.max_length, len(trainer.validation),
-                                   len(trainer.vocab_ids or ())))
+                                   len(trainer.vocab or ())))
     return trainer.run(on_step, stop_after_seconds=None if stop_after_minutes is None else stop_after_minutes * 60)

@@ -169,11 +169,10 @@ class Trainer:
         self.feature_scale: torch.Tensor | None = None  # [n * H] in the target's state order
         # the drafter's own vocabulary, a function of the training samples (a resumed run, given
         # the same ones, finds the same)
-        self.vocab_ids: list[int] | None = None
         self.vocab: DraftVocab | None = None
         if 0 < settings.draft_vocab < target.config.vocab_size:
-            self.vocab_ids = frequent_tokens([x.ids[x.reply_start :] for x in self.samples], settings.draft_vocab)
-            self.vocab = DraftVocab(self.vocab_ids, target.decoder.lm_head.weight)
+            ids = frequent_tokens([x.ids[x.reply_start :] for x in self.samples], settings.draft_vocab)
+            self.vocab = DraftVocab(ids, target.decoder.lm_head.weight)
         if checkpoint is not None:
             self._restore(checkpoint)
 
@@ -204,7 +203,8 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
             "run": asdict(self.state), "feature_scale": self.feature_scale, "data": self.digest,
         })
-        save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale(), self.vocab_ids)
+        save_drafter(self.drafter, self.out, self.target.dtype, self.fc_scale(),
+                     None if self.vocab is None else self.vocab.ids.tolist())
         # the loss curve, small enough to keep and plot: [step, samples, seconds, loss, tau,
         # acceptance curve] rows, the training steps' and the validation's
         (self.out / CHECKPOINTS / "history.json").write_text(json.dumps(
