@@ -101,16 +101,23 @@ def exact_joint(model, params) -> dict[tuple[int, ...], float]:
     return probs
 
 
-def empirical_joint(target, draft, params) -> dict[tuple[int, ...], float]:
+def sampled_joint(target, proposer, params) -> tuple[dict[tuple[int, ...], float], int]:
+    """The empirical joint distribution of the first N tokens over RUNS seeds, a fresh proposer()
+    each, and how many drafts were refused in all."""
     counts = dict.fromkeys(itertools.product(range(VOCAB), repeat=N), 0)
     rejections = 0
     for seed in range(RUNS):
         run = dataclasses.replace(params, seed=seed)
-        result = generate(target, PROMPT, run, speculative=DraftProposer(draft, k=3, sample=True))
+        result = generate(target, PROMPT, run, speculative=proposer())
         counts[tuple(result.tokens)] += 1
         rejections += result.metrics.drafted - result.metrics.accepted
+    return {key: n / RUNS for key, n in counts.items()}, rejections
+
+
+def empirical_joint(target, draft, params) -> dict[tuple[int, ...], float]:
+    joint, rejections = sampled_joint(target, lambda: DraftProposer(draft, k=3, sample=True), params)
     assert rejections > RUNS // 4  # the residual path ran often
-    return {key: n / RUNS for key, n in counts.items()}
+    return joint
 
 
 @pytest.fixture(scope="module")
@@ -148,25 +155,26 @@ def test_the_same_run_with_a_mismatched_q_fails_the_bound(pair, monkeypatch):
 
 # DFlash's sampled drafts: each of a block's drafts drawn from the drafter's own distribution at
 # its position (none reads the drafts before it), kept with chance min(1, p/q).
-@pytest.fixture(scope="module")
-def flash(pair, tmp_path_factory):
+def random_flash(target, folder):
+    """A one-layer random DFlash drafter for the three-token target, loaded (token 2 its mask)."""
     from engine import load_drafter, write_random_drafter
 
+    path = write_random_drafter(folder, target, num_layers=1, block_size=4, mask_token_id=VOCAB - 1, seed=7,
+                                std=0.5)
+    return load_drafter(str(path), target)
+
+
+@pytest.fixture(scope="module")
+def flash(pair, tmp_path_factory):
     target, _ = pair
-    path = write_random_drafter(tmp_path_factory.mktemp("flash"), target, num_layers=1, block_size=4,
-                                mask_token_id=VOCAB - 1, seed=7, std=0.5)
-    return target, load_drafter(str(path), target)
+    return target, random_flash(target, tmp_path_factory.mktemp("flash"))
 
 
 @pytest.fixture(scope="module")
 def flash_two_tokens(pair, tmp_path_factory):
     """A drafter that drafts over tokens 0 and 1 only (a drafter vocabulary, vocab.py)."""
-    from engine import load_drafter, write_random_drafter
-
     target, _ = pair
-    path = write_random_drafter(tmp_path_factory.mktemp("flash2"), target, num_layers=1, block_size=4,
-                                mask_token_id=VOCAB - 1, seed=7, std=0.5)
-    drafter = load_drafter(str(path), target)
+    drafter = random_flash(target, tmp_path_factory.mktemp("flash2"))
     drafter.use_vocab([0, 1])
     return target, drafter
 
@@ -174,14 +182,7 @@ def flash_two_tokens(pair, tmp_path_factory):
 def flash_joint(target, drafter, params) -> tuple[dict[tuple[int, ...], float], int]:
     from engine import DFlashProposer
 
-    counts = dict.fromkeys(itertools.product(range(VOCAB), repeat=N), 0)
-    rejections = 0
-    for seed in range(RUNS):
-        run = dataclasses.replace(params, seed=seed)
-        result = generate(target, PROMPT, run, speculative=DFlashProposer(drafter, k=3, sample=True))
-        counts[tuple(result.tokens)] += 1
-        rejections += result.metrics.drafted - result.metrics.accepted
-    return {key: n / RUNS for key, n in counts.items()}, rejections
+    return sampled_joint(target, lambda: DFlashProposer(drafter, k=3, sample=True), params)
 
 
 def test_dflash_sampled_drafts_follow_the_targets_joint_distribution(flash):
