@@ -9,6 +9,7 @@ one line per drafter. Prints the smoothed figures at each minute.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -32,12 +33,17 @@ def describe(settings: dict) -> str:
     return label
 
 
+def read_history(path: Path) -> str:
+    """A history as written, or gzipped as the recorded ones are (they are the tree's largest text)."""
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("histories", nargs="+")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    loaded = [(path, json.loads(Path(path).read_text())) for path in args.histories]
+    loaded = [(path, json.loads(read_history(Path(path)))) for path in args.histories]
     runs = {}
     for path, run in loaded:
         rows = run["history"]
