@@ -131,10 +131,11 @@ def add_train_arguments(p) -> None:
     p.add_argument("--gamma", type=float, default=7.0,
                    help="the loss weight of block position i is exp(-(i-1)/gamma) (default 7, the paper's for "
                         "blocks of 16): smaller puts the first drafts first")
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+    p.add_argument("--draft-vocab", type=int, default=32768, metavar="N",
                    help="draft over the N tokens the training replies use most (their rows of lm_head: a "
-                        "cheaper loss and drafter pass; written beside the drafter as draft_vocab.json); "
-                        "default 0: the target's whole vocabulary, as z-lab's drafters")
+                        "cheaper loss and drafter pass; written beside the drafter as draft_vocab.json; "
+                        "default 32768, measured faster to train and better in equal time); 0: the "
+                        "target's whole vocabulary, as z-lab's drafters")
     p.add_argument("--checkpoint-minutes", type=float, default=5.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run whose checkpoint is in --out")
