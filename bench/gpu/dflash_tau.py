@@ -1,6 +1,9 @@
 """Tokens per step (tau) of trained DFlash drafters at k = 15, greedy, on the bench's edit and
 explanation prompts and on held-out prompts (code the drafter never trained on), beside a
-random-weight drafter of the same shape. Prints one table; writes it as JSON with --json.
+random-weight drafter of the same shape. A drafter that drafts over a vocabulary of its own
+(draft_vocab.json) is measured a second time without it, as z-lab's loaders, vLLM and SGLang
+read its files (their argmax runs over every row of lm_head). Prints one table; writes it as
+JSON with --json.
 
     python bench/gpu/dflash_tau.py qwen2.5-coder-1.5b DRAFTER_DIR [DRAFTER_DIR ...] \
         --held-out eval.jsonl --max-tokens 256 --json tau.json
@@ -37,18 +40,34 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         random_dir = write_random_drafter(Path(tmp) / "random", target, num_layers=layers)
-        for name, folder in [("random", str(random_dir)), *[(d, d) for d in args.drafters]]:
+        for name, folder in [("random", str(random_dir)), *drafter_rows(args.drafters, Path(tmp))]:
             drafter = load_drafter(folder, target)
             rows[name] = {s: measure_tau(target, drafter, ids, args.max_tokens, k=15) for s, ids in sets.items()}
             del drafter
             torch.cuda.empty_cache()
     print(f"\ntau (tokens per step, bonus included) at k = 15, greedy, {args.max_tokens} new tokens, {args.model}")
-    print(f"{'drafter':<48}" + "".join(f"{s:>12}" for s in sets))
+    print(f"{'drafter':<60}" + "".join(f"{s:>12}" for s in sets))
     for name, row in rows.items():
-        print(f"{name[-48:]:<48}" + "".join(f"{row[s]:>12.2f}" for s in sets))
+        print(f"{name[-60:]:<60}" + "".join(f"{row[s]:>12.2f}" for s in sets))
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "max_tokens": args.max_tokens, "tau": rows},
                                               indent=2))
+
+
+def drafter_rows(drafters: list[str], tmp: Path) -> list[tuple[str, str]]:
+    """(row name, folder) of each drafter and, for one with a vocabulary of its own, a folder of
+    its z-lab files alone (linked), named "... as served elsewhere"."""
+    rows = []
+    for i, d in enumerate(drafters):
+        rows.append((d, d))
+        if (Path(d) / "draft_vocab.json").is_file():
+            bare = tmp / f"bare-{i}"
+            bare.mkdir()
+            for f in Path(d).iterdir():
+                if f.is_file() and f.name != "draft_vocab.json":
+                    (bare / f.name).symlink_to(f.resolve())
+            rows.append((f"{Path(d).name}, whole vocabulary (as served elsewhere)", str(bare)))
+    return rows
 
 
 if __name__ == "__main__":
