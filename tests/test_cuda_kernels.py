@@ -67,6 +67,48 @@ def test_split_count_does_not_change_the_result(splits, device):
     assert rel_err(out, ref) < 1e-5
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("t,length", [(1, 1), (1, 300), (1, 1500), (2, 37), (4, 1100)])
+@pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64), (32, 8, 128)])
+def test_the_last_split_merges_a_decode_step_as_the_merge_kernel_does(dtype, t, length, heads, device,
+                                                                       monkeypatch):
+    from engine.kernels import attention, overlap
+    from engine.kernels.gemv import split_locks
+
+    h, kvh, d = heads
+    k_cache, v_cache, pages, slots = paged_cache(length, kvh, d, dtype, device)
+    q = torch.randn(t, h, d, dtype=dtype, device=device)
+    start = torch.tensor([length - t], device=device)
+    out = {}
+    for merge in (False, True):
+        monkeypatch.setattr(overlap, "merge_in_attention", lambda merge=merge: merge)
+        out[merge] = attention.paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, d**-0.5, True)
+    ref = reference_attention(q.double(), k_cache[slots].double(), v_cache[slots].double(), True, d**-0.5)
+    assert rel_err(out[True], ref) < TOL[dtype]
+    assert rel_err(out[True], out[False]) < TOL[dtype] / 4
+    assert not split_locks(q.device).any()  # every counter left at zero for the next step
+
+
+def test_the_last_split_merges_inside_a_graph_replayed_at_new_lengths(device, monkeypatch):
+    from engine.kernels import attention, overlap
+
+    monkeypatch.setattr(overlap, "merge_in_attention", lambda: True)
+    k_cache, v_cache, pages, slots = paged_cache(1500, 2, 128, torch.bfloat16, device)
+    q = torch.randn(1, 12, 128, dtype=torch.bfloat16, device=device)
+    start = torch.tensor([10], device=device)
+    attention.paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, 128**-0.5, True)  # warm-up
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attention.paged_decode_attention(q, k_cache, v_cache, pages, start, PAGE, 128**-0.5, True)
+    for length in (11, 700, 1500, 64):
+        start.fill_(length - 1)
+        q.normal_()
+        graph.replay()
+        ref = reference_attention(q.double(), k_cache[slots[:length]].double(), v_cache[slots[:length]].double(),
+                                  True, 128**-0.5)
+        assert rel_err(out, ref) < TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("t,length", [(40, 40), (40, 300)])
 def test_fused_attention_matches_reference(t, length, device):
     keys = torch.randn(length, 2, 64, device=device)

@@ -7,7 +7,9 @@ serves every length and the kernel can sit inside a CUDA graph.
 Flash-decoding: the context is cut into a fixed number of splits, each program attends one KV
 head's query group (all T tokens x G heads as one matrix, so the GQA group shares each K/V
 load) to one split, and a second kernel merges the splits by their log-sum-exp. At batch 1 a
-1K..8K context thus keeps every multiprocessor busy.
+1K..8K context thus keeps every multiprocessor busy. For a decode step (one query group of at
+most 16 rows) the merge can instead be done by the split program that finishes last
+(`overlap.merge_in_attention`): one launch a layer fewer, where the merge itself is a few KB.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from engine.kernels import overlap
+from engine.kernels.gemv import split_locks
 from engine.kernels.ops import wait_for_previous
 from engine.kernels.overlap import launch_options
 
@@ -56,9 +60,10 @@ def add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D: tl.constexpr,
 @triton.jit
 def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
+    out_ptr, lock_ptr,
     T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr,
     PS: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    FP32: tl.constexpr, GDC: tl.constexpr,
+    FP32: tl.constexpr, GDC: tl.constexpr, MERGE: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
@@ -106,8 +111,45 @@ def _attend_split(
     lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
     part = (split * KVH + kvh) * ROWS + rows
     # a split past the context writes only its log-sum-exp (-inf): the merge skips it unread
-    tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None] & (lo < hi))
+    tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=(real & (rows * 0 + lo < hi))[:, None])
     tl.store(part_lse_ptr + part, lse, mask=real)
+    if MERGE:
+        # the last split of this KV head to arrive merges them all, in split order (the result
+        # does not depend on which came last), and resets the counter for the next call. The
+        # barrier orders every thread's stores before the counter's release.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(lock_ptr + kvh, 1, sem="acq_rel")
+        if arrived == SPLITS - 1:
+            _merge_rows(part_out_ptr, part_lse_ptr, out_ptr, rows, real, tl.cdiv(length, chunk), kvh,
+                        G, KVH, D, ROWS)
+            tl.atomic_xchg(lock_ptr + kvh, 0)
+
+
+@triton.jit
+def _merge_rows(part_out_ptr, part_lse_ptr, out_ptr, rows, real, live, kvh, G: tl.constexpr, KVH: tl.constexpr,
+                D: tl.constexpr, ROWS: tl.constexpr):
+    """The rows' attention from the first `live` splits' outputs and log-sum-exps (the splits past
+    the context wrote none): an online softmax over the splits, in order."""
+    d = tl.arange(0, D)
+    top = tl.where(real, float("-inf"), 0.0)
+    total = tl.where(real, 0.0, 1.0)
+    acc = tl.zeros([rows.shape[0], D], tl.float32)
+    for split in range(live):
+        part = (split * KVH + kvh) * ROWS + rows
+        lse = tl.load(part_lse_ptr + part, mask=real, other=0.0, cache_modifier=".cg")
+        o = tl.load(part_out_ptr + (part * D)[:, None] + d[None, :], mask=real[:, None], other=0.0,
+                    cache_modifier=".cg")
+        new_top = tl.maximum(top, lse)
+        alpha = tl.exp(top - new_top)  # 0 at the first split, whose top is -inf
+        w = tl.exp(lse - new_top)
+        total = total * alpha + w
+        acc = acc * alpha[:, None] + o * w[:, None]
+        top = new_top
+    merged = acc / total[:, None]
+    token = rows // G
+    head = kvh * G + rows % G
+    tl.store(out_ptr + ((token * (KVH * G) + head) * D)[:, None] + d[None, :], merged.to(out_ptr.dtype.element_ty),
+             mask=real[:, None])
 
 
 @triton.jit
@@ -182,16 +224,20 @@ def paged_decode_attention(
     rows = m * groups
     part_out = torch.empty((splits, kvh, rows, d), dtype=torch.float32, device=q.device)
     part_lse = torch.empty((splits, kvh, rows), dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q)
     fp32 = q.dtype == torch.float32
+    # one query group, not batch-invariant (whose rows must merge alike in steps of any length)
+    merge = overlap.merge_in_attention() and groups == 1 and m <= 16 and not chunk
     _attend_split[(kvh, splits, groups)](
-        q, k_cache, v_cache, page_table, start, part_out, part_lse, scale,
+        q, k_cache, v_cache, page_table, start, part_out, part_lse, scale, out,
+        split_locks(q.device) if merge else part_lse,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
-        CAUSAL=causal, FP32=fp32, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
+        CAUSAL=causal, FP32=fp32, MERGE=merge, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
         num_stages=stages or (2 if m > 16 else 3), **launch_options(q.device, t),
     )
-    out = torch.empty_like(q)
-    _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits, num_warps=4,
-                                **launch_options(q.device, t))
+    if not merge:
+        _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits,
+                                    num_warps=4, **launch_options(q.device, t))
     return out
 
 

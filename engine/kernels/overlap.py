@@ -26,6 +26,9 @@ kernel of its own: one launch a layer fewer, 1.8-3.3 % off every step measured o
 (SPECCHAT_SILU_EPILOGUE=0 turns it off). Likewise RoPE and the K/V stores in a decode step's q/k/v
 product (gemv.norm_linear_rope, for models without q/k norms): one launch a layer fewer, bit for
 bit the two kernels'; off until measured on the GPU (SPECCHAT_ROPE_EPILOGUE=1 turns it on).
+And a decode step's attention merging its splits in the program that finishes last instead of a
+merge kernel (attention.merge_in_attention): one launch a layer fewer; off until measured
+(SPECCHAT_ATTN_MERGE=1 turns it on).
 """
 
 from __future__ import annotations
@@ -74,8 +77,16 @@ def rope_epilogue() -> bool:
     return os.environ.get("SPECCHAT_ROPE_EPILOGUE", "0") == "1"
 
 
+@functools.cache
+def merge_in_attention() -> bool:
+    """Whether a decode step's attention merges its splits in the split kernel's last program
+    (attention.py) instead of a kernel of its own."""
+    return os.environ.get("SPECCHAT_ATTN_MERGE", "0") == "1"
+
+
 def launch_label(device: torch.device) -> str:
     """Which of them are on, for a benchmark's title ("" where none is)."""
     on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
-          (rope_epilogue(), "RoPE in the q/k/v epilogue")]
+          (rope_epilogue(), "RoPE in the q/k/v epilogue"),
+          (merge_in_attention(), "attention merged in its last split")]
     return "".join(f", {what}" for yes, what in on if yes)
