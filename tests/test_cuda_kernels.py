@@ -109,6 +109,33 @@ def test_the_last_split_merges_inside_a_graph_replayed_at_new_lengths(device, mo
         assert rel_err(out, ref) < TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("merge", [False, True])
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("length", [1, 300, 1500])
+@pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64), (32, 8, 128)])
+def test_rope_inside_the_attention_kernel_is_bit_for_bit_the_two_kernels(merge, qk_norm, length, heads, device,
+                                                                         monkeypatch):
+    from engine.kernels import attention, overlap
+    from engine.kernels.ops import qk_rope_store
+
+    monkeypatch.setattr(overlap, "merge_in_attention", lambda: merge)
+    h, kvh, d = heads
+    dtype = torch.bfloat16
+    k_cache, v_cache, pages, _ = paged_cache(length, kvh, d, dtype, device)
+    qkv = torch.randn(1, (h + 2 * kvh) * d, dtype=dtype, device=device)
+    inv_freq = 1.0 / (1e6 ** (torch.arange(0, d, 2, device=device).float() / d))
+    q_norm = (1 + 0.1 * torch.randn(d, device=device)).to(dtype) if qk_norm else None
+    k_norm = (1 + 0.1 * torch.randn(d, device=device)).to(dtype) if qk_norm else None
+    start = torch.tensor([length - 1], device=device)
+    k_two, v_two = k_cache.clone(), v_cache.clone()
+    q = qk_rope_store(qkv, start, inv_freq, q_norm, k_norm, 1e-6, k_two, v_two, pages, PAGE, h)
+    expected = attention.paged_decode_attention(q, k_two, v_two, pages, start, PAGE, d**-0.5, True)
+    out = attention.rope_store_attend(qkv, inv_freq, q_norm, k_norm, 1e-6, k_cache, v_cache, pages, start, PAGE,
+                                      h, d**-0.5)
+    assert torch.equal(k_cache, k_two) and torch.equal(v_cache, v_two)  # the token's key and value, and no other
+    assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("t,length", [(40, 40), (40, 300)])
 def test_fused_attention_matches_reference(t, length, device):
     keys = torch.randn(length, 2, 64, device=device)

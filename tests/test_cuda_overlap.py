@@ -4,7 +4,7 @@ what they compute.
 Two copies of one bf16 model with the layer shapes of Qwen2.5-1.5B (so every kernel variant a real
 step uses runs: the norm folded into q/k/v, gate/up on the matrix units, o and down as split
 partials, the split attention), one captured with dependent launch (or SiLU in the gate/up
-epilogue, or RoPE in the q/k/v epilogue) and one without: every step, decode and verify, must give the same logits bit for bit
+epilogue, or RoPE in the q/k/v epilogue or in the attention kernel) and one without: every step, decode and verify, must give the same logits bit for bit
 (the attention's merge in its last split: within rounding, since it sums in another order).
 """
 
@@ -51,6 +51,7 @@ def plain():
         m.setattr(overlap, "silu_epilogue", lambda: False)
         m.setattr(overlap, "rope_epilogue", lambda: False)
         m.setattr(overlap, "merge_in_attention", lambda: False)
+        m.setattr(overlap, "rope_in_attention", lambda: False)
         base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
         assert base.graphs is not None
         return base, steps(base)
@@ -86,11 +87,22 @@ def test_rope_in_the_qkv_epilogue_leaves_every_steps_logits_bit_for_bit(plain, m
         assert torch.equal(a, b)
 
 
-def test_every_change_at_once_leaves_every_steps_logits_bit_for_bit(hopper, plain, monkeypatch):
+def test_rope_in_the_attention_kernel_leaves_every_steps_logits_bit_for_bit(plain, monkeypatch):
+    base, expected = plain
+    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
+    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
+    monkeypatch.setattr(overlap, "rope_in_attention", lambda: True)
+    for a, b in zip(expected, steps(copy_of(base)), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("rope", ["epilogue", "attention"])
+def test_every_change_at_once_leaves_every_steps_logits_bit_for_bit(hopper, plain, rope, monkeypatch):
     base, expected = plain
     monkeypatch.setattr(overlap, "dependent_launch", lambda device: device.type == "cuda")
     monkeypatch.setattr(overlap, "silu_epilogue", lambda: True)
-    monkeypatch.setattr(overlap, "rope_epilogue", lambda: True)
+    monkeypatch.setattr(overlap, "rope_epilogue", lambda: rope == "epilogue")
+    monkeypatch.setattr(overlap, "rope_in_attention", lambda: rope == "attention")
     for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert torch.equal(a, b)
 

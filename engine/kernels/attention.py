@@ -20,7 +20,7 @@ import triton.language as tl
 
 from engine.kernels import overlap
 from engine.kernels.gemv import split_locks
-from engine.kernels.ops import wait_for_previous
+from engine.kernels.ops import head_norm, rope_halves, wait_for_previous
 from engine.kernels.overlap import launch_options
 
 BLOCK_N = 32  # keys per inner iteration (swept on an H200: 32 beat 64 at 1K context, tied at 8K)
@@ -60,10 +60,10 @@ def add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D: tl.constexpr,
 @triton.jit
 def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
-    out_ptr, lock_ptr,
+    out_ptr, lock_ptr, qkv_ptr, inv_freq_ptr, qw_ptr, kw_ptr, eps,
     T: tl.constexpr, G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr,
     PS: tl.constexpr, SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    FP32: tl.constexpr, GDC: tl.constexpr, MERGE: tl.constexpr,
+    FP32: tl.constexpr, GDC: tl.constexpr, MERGE: tl.constexpr, ROPE: tl.constexpr, QK_NORM: tl.constexpr,
 ):
     kvh = tl.program_id(0)
     split = tl.program_id(1)
@@ -83,7 +83,14 @@ def _attend_split(
     token = rows // G
     head = kvh * G + rows % G
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + ((token * (KVH * G) + head) * D)[:, None] + d[None, :], mask=real[:, None], other=0.0)
+    if ROPE:  # a decode step's q/k/v row, not yet rotated (`rope_store_attend`)
+        q = _roped_queries(qkv_ptr, inv_freq_ptr, qw_ptr, head, real, start, eps, D, QK_NORM)
+        if (lo <= start) & (start < hi):  # the split holding the new token stores its key and value first
+            _store_new_kv(qkv_ptr, inv_freq_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start, kvh, eps,
+                          G, KVH, D, PS, QK_NORM)
+            tl.debug_barrier()  # every thread's stores before any thread's loads of that slot
+    else:
+        q = tl.load(q_ptr + ((token * (KVH * G) + head) * D)[:, None] + d[None, :], mask=real[:, None], other=0.0)
     qpos = start + token
 
     m_i = tl.full([M], float("-inf"), tl.float32)
@@ -123,6 +130,40 @@ def _attend_split(
             _merge_rows(part_out_ptr, part_lse_ptr, out_ptr, rows, real, tl.cdiv(length, chunk), kvh,
                         G, KVH, D, ROWS)
             tl.atomic_xchg(lock_ptr + kvh, 0)
+
+
+@triton.jit
+def _roped_queries(qkv_ptr, inv_freq_ptr, qw_ptr, head, real, pos, eps, D: tl.constexpr, QK_NORM: tl.constexpr):
+    """The query rows [M, D] of one token's q/k/v row (q heads first), q-normed where the model
+    has q/k norms and rotated at pos, rounded as ops.qk_rope_store rounds them."""
+    half = tl.arange(0, D // 2)
+    at = qkv_ptr + (head * D)[:, None] + half[None, :]
+    x1 = tl.load(at, mask=real[:, None], other=0.0)
+    x2 = tl.load(at + D // 2, mask=real[:, None], other=0.0)
+    if QK_NORM:
+        x1, x2 = head_norm(x1, x2, tl.load(qw_ptr + half)[None, :], tl.load(qw_ptr + D // 2 + half)[None, :], eps, D)
+    o1, o2 = rope_halves(x1, x2, pos, tl.load(inv_freq_ptr + half)[None, :])
+    return tl.reshape(tl.permute(tl.join(o1, o2), (0, 2, 1)), (x1.shape[0], D))  # [o1 | o2] along a row
+
+
+@triton.jit
+def _store_new_kv(qkv_ptr, inv_freq_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, pos, kvh, eps,
+                  G: tl.constexpr, KVH: tl.constexpr, D: tl.constexpr, PS: tl.constexpr, QK_NORM: tl.constexpr):
+    """KV head kvh's key (k-normed where the model has q/k norms, rotated at pos) and value of one
+    token's q/k/v row into the cache at pos's slot, as ops.qk_rope_store writes them."""
+    half = tl.arange(0, D // 2)
+    k_at = qkv_ptr + (KVH * G + kvh) * D
+    x1 = tl.load(k_at + half)
+    x2 = tl.load(k_at + D // 2 + half)
+    if QK_NORM:
+        x1, x2 = head_norm(x1, x2, tl.load(kw_ptr + half), tl.load(kw_ptr + D // 2 + half), eps, D)
+    o1, o2 = rope_halves(x1, x2, pos, tl.load(inv_freq_ptr + half))
+    slot = tl.load(page_table_ptr + pos // PS) * PS + pos % PS
+    k_out = k_cache_ptr + (slot * KVH + kvh) * D
+    tl.store(k_out + half, o1)
+    tl.store(k_out + D // 2 + half, o2)
+    full = tl.arange(0, D)
+    tl.store(v_cache_ptr + (slot * KVH + kvh) * D + full, tl.load(qkv_ptr + (KVH * G + KVH + kvh) * D + full))
 
 
 @triton.jit
@@ -215,6 +256,39 @@ def paged_decode_attention(
     0.922), and the step bench agrees (16-token step 3.187 against 3.197 ms). The arguments
     splits, block_n, warps, group_rows (query rows per program) and stages override them, for
     the sweeps."""
+    return _attend(q, None, k_cache, v_cache, page_table, start, page_size, scale, causal, splits, block_n, chunk,
+                   warps, group_rows, stages)
+
+
+def rope_store_attend(
+    qkv: torch.Tensor,  # [1, (H + 2 KVH) * D]: one token's q/k/v product, not yet rotated
+    inv_freq: torch.Tensor,  # [D / 2] float32
+    q_norm: torch.Tensor | None,  # [D] or None (no q/k RMSNorm)
+    k_norm: torch.Tensor | None,
+    eps: float,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    start: torch.Tensor,  # [1] int64: the token's position
+    page_size: int,
+    num_heads: int,
+    scale: float,
+) -> torch.Tensor:
+    """A decode step's attention [1, H, D] from its q/k/v row in one kernel, where ops.qk_rope_store
+    and paged_decode_attention take two: each program rotates its query heads itself, and the
+    program whose split holds the token stores the token's key and value before it reads them
+    (`overlap.rope_in_attention`). The cache ends as qk_rope_store leaves it, bit for bit."""
+    kvh, d = k_cache.shape[1], k_cache.shape[2]
+    assert qkv.shape == (1, (num_heads + 2 * kvh) * d) and qkv.is_contiguous()
+    q = qkv.new_empty((1, num_heads, d))  # the shape and dtype of the queries, never written
+    rope = (qkv, inv_freq, q_norm, k_norm, eps)
+    return _attend(q, rope, k_cache, v_cache, page_table, start, page_size, scale, True)
+
+
+def _attend(q, rope, k_cache, v_cache, page_table, start, page_size, scale, causal, splits=None, block_n=BLOCK_N,
+            chunk=0, warps=None, group_rows=None, stages=None) -> torch.Tensor:
+    """Launch the split kernel (and the merge kernel where the last split does not merge):
+    paged_decode_attention's, or with rope = (qkv, inv_freq, q_norm, k_norm, eps) rope_store_attend's."""
     t, h, d = q.shape
     kvh = k_cache.shape[1]
     g = h // kvh
@@ -228,12 +302,16 @@ def paged_decode_attention(
     fp32 = q.dtype == torch.float32
     # one query group, not batch-invariant (whose rows must merge alike in steps of any length)
     merge = overlap.merge_in_attention() and groups == 1 and m <= 16 and not chunk
+    qkv, inv_freq, q_norm, k_norm, eps = rope or (q, part_lse, None, None, 0.0)
+    norm = q_norm is not None
     _attend_split[(kvh, splits, groups)](
         q, k_cache, v_cache, page_table, start, part_out, part_lse, scale, out,
-        split_locks(q.device) if merge else part_lse,
+        split_locks(q.device) if merge else part_lse, qkv, inv_freq, q_norm if norm else q,
+        k_norm if norm else q, eps,
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
-        CAUSAL=causal, FP32=fp32, MERGE=merge, num_warps=warps or (4 if m * d <= 64 * 128 else 8),
-        num_stages=stages or (2 if m > 16 else 3), **launch_options(q.device, t),
+        CAUSAL=causal, FP32=fp32, MERGE=merge, ROPE=rope is not None, QK_NORM=norm,
+        num_warps=warps or (4 if m * d <= 64 * 128 else 8), num_stages=stages or (2 if m > 16 else 3),
+        **launch_options(q.device, t),
     )
     if not merge:
         _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits,

@@ -100,6 +100,32 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
+def head_norm(x1, x2, w1, w2, eps, D: tl.constexpr):
+    """A head's RMSNorm (Qwen3's q/k norm) over its two halves [..., D/2] (one head, or a row per
+    head), with the torch path's roundings; the halves come back in their dtype."""
+    dtype = x1.dtype
+    a, b = x1.to(tl.float32), x2.to(tl.float32)
+    rstd = tl.rsqrt((tl.sum(a * a, -1, keep_dims=True) + tl.sum(b * b, -1, keep_dims=True)) / D + eps)
+    a = (w1.to(tl.float32) * (a * rstd).to(dtype).to(tl.float32)).to(dtype)
+    b = (w2.to(tl.float32) * (b * rstd).to(dtype).to(tl.float32)).to(dtype)
+    return a, b
+
+
+@triton.jit
+def rope_halves(x1, x2, pos, inv_freq):
+    """Rotate-half RoPE of a head's halves [..., D/2] at position pos, with the torch path's
+    roundings (x * cos + rotate(x) * sin): the rotated halves, in the input's dtype."""
+    dtype = x1.dtype
+    a, b = x1.to(tl.float32), x2.to(tl.float32)
+    angle = pos.to(tl.float32) * inv_freq
+    c = tl.cos(angle).to(dtype).to(tl.float32)
+    s = tl.sin(angle).to(dtype).to(tl.float32)
+    o1 = ((a * c).to(dtype).to(tl.float32) + (-b * s).to(dtype).to(tl.float32)).to(dtype)
+    o2 = ((b * c).to(dtype).to(tl.float32) + (a * s).to(dtype).to(tl.float32)).to(dtype)
+    return o1, o2
+
+
+@triton.jit
 def _qk_rope_store(
     qkv_ptr, pos_ptr, inv_freq_ptr, qw_ptr, kw_ptr, q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr,
     rows_ptr, table_stride, qkv_stride, eps,
@@ -114,23 +140,14 @@ def _qk_rope_store(
     # q heads, then k heads: head h of either starts at h * D in the fused qkv row
     base = qkv_ptr + t * qkv_stride + h * D
     x1 = tl.load(base + half)
-    dtype = x1.dtype
-    x1 = x1.to(tl.float32)
-    x2 = tl.load(base + D // 2 + half).to(tl.float32)
+    x2 = tl.load(base + D // 2 + half)
     if QK_NORM:
-        rstd = tl.rsqrt((tl.sum(x1 * x1, 0) + tl.sum(x2 * x2, 0)) / D + eps)
         is_q = h < H
-        w1 = tl.where(is_q, tl.load(qw_ptr + half), tl.load(kw_ptr + half)).to(tl.float32)
-        w2 = tl.where(is_q, tl.load(qw_ptr + D // 2 + half), tl.load(kw_ptr + D // 2 + half)).to(tl.float32)
-        x1 = (w1 * (x1 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
-        x2 = (w2 * (x2 * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
+        w1 = tl.where(is_q, tl.load(qw_ptr + half), tl.load(kw_ptr + half))
+        w2 = tl.where(is_q, tl.load(qw_ptr + D // 2 + half), tl.load(kw_ptr + D // 2 + half))
+        x1, x2 = head_norm(x1, x2, w1, w2, eps, D)
     pos = tl.load(pos_ptr + t)
-    angle = pos.to(tl.float32) * inv_freq
-    c = tl.cos(angle).to(dtype).to(tl.float32)
-    s = tl.sin(angle).to(dtype).to(tl.float32)
-    # rotate-half RoPE with the torch path's roundings: x * cos + rotate(x) * sin
-    o1 = ((x1 * c).to(dtype).to(tl.float32) + (-x2 * s).to(dtype).to(tl.float32)).to(dtype)
-    o2 = ((x2 * c).to(dtype).to(tl.float32) + (x1 * s).to(dtype).to(tl.float32)).to(dtype)
+    o1, o2 = rope_halves(x1, x2, pos, inv_freq)
     if h < H:
         out = q_ptr + (t * H + h) * D
         tl.store(out + half, o1)

@@ -27,8 +27,9 @@ kernel of its own: one launch a layer fewer, 1.8-3.3 % off every step measured o
 product (gemv.norm_linear_rope, for models without q/k norms): one launch a layer fewer, bit for
 bit the two kernels'; off until measured on the GPU (SPECCHAT_ROPE_EPILOGUE=1 turns it on).
 And a decode step's attention merging its splits in the program that finishes last instead of a
-merge kernel (attention.merge_in_attention): one launch a layer fewer; off until measured
-(SPECCHAT_ATTN_MERGE=1 turns it on).
+merge kernel (merge_in_attention), and its RoPE and K/V stores inside the attention kernel
+(rope_in_attention, attention.rope_store_attend): one launch a layer fewer each; off until
+measured (SPECCHAT_ATTN_MERGE=1, SPECCHAT_ATTN_ROPE=1 turn them on).
 """
 
 from __future__ import annotations
@@ -84,9 +85,17 @@ def merge_in_attention() -> bool:
     return os.environ.get("SPECCHAT_ATTN_MERGE", "0") == "1"
 
 
+@functools.cache
+def rope_in_attention() -> bool:
+    """Whether a decode step's RoPE and K/V stores run inside its attention kernel
+    (attention.rope_store_attend) instead of a kernel of their own (ops.qk_rope_store)."""
+    return os.environ.get("SPECCHAT_ATTN_ROPE", "0") == "1"
+
+
 def launch_label(device: torch.device) -> str:
     """Which of them are on, for a benchmark's title ("" where none is)."""
     on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
           (rope_epilogue(), "RoPE in the q/k/v epilogue"),
-          (merge_in_attention(), "attention merged in its last split")]
+          (merge_in_attention(), "attention merged in its last split"),
+          (rope_in_attention(), "RoPE in the attention kernel")]
     return "".join(f", {what}" for yes, what in on if yes)

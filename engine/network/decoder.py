@@ -108,9 +108,18 @@ class Attention(nn.Module):
 
     def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
+        from engine.kernels.attention import rope_store_attend
         from engine.kernels.ops import qk_rope_store
+        from engine.kernels.overlap import rope_in_attention
 
         norm = self.q_norm is not None
+        if qkv.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and rope_in_attention():
+            out = rope_store_attend(
+                qkv, inv_freq, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+                self.q_norm.eps if norm else 0.0, ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table,
+                ctx.start, ctx.pool.page_size, self.num_heads, self.scale,
+            )
+            return self.project(out)
         q = qk_rope_store(
             qkv, positions, inv_freq, self.q_norm.weight if norm else None,
             self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
@@ -131,12 +140,14 @@ class Attention(nn.Module):
 
     def attend_project(self, q: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         """Attention of the RoPE'd queries [T, H, D] over the cache, then o_proj."""
+        return self.project(attend(q, self.layer, ctx, self.scale), ctx.invariant_chunk > 0)
+
+    def project(self, out: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        """o_proj of the attention's output [T, H, D]."""
         from engine.kernels.gemv import linear_parts
 
-        t = q.shape[0]
-        out = attend(q, self.layer, ctx, self.scale).reshape(t, self.q_size)
         # its one reader, the residual add in DecoderLayer.fused_forward, takes split partials
-        return linear_parts(out, self.o_proj.weight, self.o_proj.bias, ctx.invariant_chunk > 0)
+        return linear_parts(out.reshape(out.shape[0], self.q_size), self.o_proj.weight, self.o_proj.bias, invariant)
 
 
 class MLP(nn.Module):
