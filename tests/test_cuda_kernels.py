@@ -136,6 +136,25 @@ def test_rope_inside_the_attention_kernel_is_bit_for_bit_the_two_kernels(merge, 
     assert torch.equal(out, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,k,bias", [(1536, 1536, True), (896, 896, True), (2560, 4096, False)])
+def test_the_norm_after_o_proj_in_its_last_program_matches_the_two_kernels(dtype, n, k, bias, device):
+    from engine.kernels.gemv import launch, linear_add_norm, split_locks
+    from engine.kernels.ops import add_rms_norm
+
+    x = torch.randn(1, k, dtype=dtype, device=device)
+    w = (torch.randn(n, k, device=device) / k**0.5).to(dtype)
+    b = torch.randn(n, dtype=dtype, device=device) if bias else None
+    stream = torch.randn(1, n, dtype=dtype, device=device)
+    norm_w = (1 + 0.1 * torch.randn(n, device=device)).to(dtype)
+    two = stream.clone()
+    expected, _ = add_rms_norm(launch(x, w, b, torch.empty(1, n, dtype=dtype, device=device)), two, norm_w, 1e-6)
+    h, one = linear_add_norm(x, w, b, stream, norm_w, 1e-6)
+    assert one is stream and torch.equal(one, two)  # the stream, in place, bit for bit
+    assert rel_err(h, expected) < TOL[dtype] / 4  # the norm's sum may round its last bit otherwise
+    assert not split_locks(x.device).any()
+
+
 @pytest.mark.parametrize("t,length", [(40, 40), (40, 300)])
 def test_fused_attention_matches_reference(t, length, device):
     keys = torch.randn(length, 2, 64, device=device)

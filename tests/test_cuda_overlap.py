@@ -5,7 +5,8 @@ Two copies of one bf16 model with the layer shapes of Qwen2.5-1.5B (so every ker
 step uses runs: the norm folded into q/k/v, gate/up on the matrix units, o and down as split
 partials, the split attention), one captured with dependent launch (or SiLU in the gate/up
 epilogue, or RoPE in the q/k/v epilogue or in the attention kernel) and one without: every step, decode and verify, must give the same logits bit for bit
-(the attention's merge in its last split: within rounding, since it sums in another order).
+(the attention's merge in its last split and the norm in o_proj's: within rounding, since they sum
+in another order).
 """
 
 import copy
@@ -52,6 +53,7 @@ def plain():
         m.setattr(overlap, "rope_epilogue", lambda: False)
         m.setattr(overlap, "merge_in_attention", lambda: False)
         m.setattr(overlap, "rope_in_attention", lambda: False)
+        m.setattr(overlap, "norm_after_o", lambda: False)
         base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
         assert base.graphs is not None
         return base, steps(base)
@@ -107,12 +109,17 @@ def test_every_change_at_once_leaves_every_steps_logits_bit_for_bit(hopper, plai
         assert torch.equal(a, b)
 
 
-def test_the_merge_in_attentions_last_split_keeps_every_steps_logits_within_rounding(plain, monkeypatch):
+@pytest.mark.parametrize("change", ["merge_in_attention", "norm_after_o", "all"])
+def test_the_last_program_finishing_a_row_keeps_every_steps_logits_within_rounding(plain, change, monkeypatch):
     """Not bit for bit: the last split merges the splits one after another where the merge kernel
-    sums them as a tree. Every step's logits stay within bf16 rounding of the plain path's."""
+    sums them as a tree, and o_proj's last program sums the row's squares for the norm in its own
+    order. Every step's logits stay within bf16 rounding of the plain path's."""
     base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
-    monkeypatch.setattr(overlap, "merge_in_attention", lambda: True)
+    every = change == "all"
+    monkeypatch.setattr(overlap, "dependent_launch", lambda device: every and device.type == "cuda")
+    monkeypatch.setattr(overlap, "silu_epilogue", lambda: every)
+    monkeypatch.setattr(overlap, "rope_in_attention", lambda: every)
+    monkeypatch.setattr(overlap, "merge_in_attention", lambda: every or change == "merge_in_attention")
+    monkeypatch.setattr(overlap, "norm_after_o", lambda: every or change == "norm_after_o")
     for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert ((a.double() - b.double()).norm() / a.double().norm()).item() < 1e-2

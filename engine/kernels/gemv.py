@@ -53,7 +53,7 @@ PLAIN, NORM = 0, 1  # what the input load computes
 def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
-          SILU: tl.constexpr):
+          SILU: tl.constexpr, lock_ptr, ADD_NORM: tl.constexpr, BLOCK_ROW: tl.constexpr):
     pid = tl.program_id(0)
     rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
@@ -66,7 +66,30 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
     else:
         if HAS_BIAS:
             y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
-        tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+        if ADD_NORM:
+            _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, out_ptr, lock_ptr, N, eps, BLOCK_ROW)
+        else:
+            tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, out_ptr, lock_ptr, N, eps, BLOCK_ROW: tl.constexpr):
+    """The residual add and RMSNorm after a one-row product (`linear_add_norm`): each program adds
+    its rows of the product, rounded as the product's output, into the stream in place; the last to
+    arrive at the counter normalizes the whole row into out, as ops.add_rms_norm does, and resets
+    the counter. The barrier orders every thread's stream stores before the counter's release."""
+    dtype = r_ptr.dtype.element_ty
+    stream = (y.to(dtype).to(tl.float32) + tl.load(r_ptr + rows, mask=live, other=0.0).to(tl.float32)).to(dtype)
+    tl.store(r_ptr + rows, stream, mask=live)
+    tl.debug_barrier()
+    if tl.atomic_add(lock_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        cols = tl.arange(0, BLOCK_ROW)
+        m = cols < N
+        xf = tl.load(r_ptr + cols, mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
+        w = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
+        tl.store(out_ptr + cols, (w * (xf * rstd).to(dtype).to(tl.float32)).to(dtype), mask=m)
+        tl.atomic_xchg(lock_ptr, 0)
 
 
 @triton.jit
@@ -384,7 +407,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
             stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
             PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
             TAP=tap is not None, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=silu,
-            num_warps=warps, num_stages=stages, **launch_options(x.device, t),
+            lock_ptr=x, ADD_NORM=False, BLOCK_ROW=1, num_warps=warps, num_stages=stages, **launch_options(x.device, t),
         )
     else:
         assert prologue == PLAIN
@@ -498,6 +521,26 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
     out = torch.empty((1, weight.shape[0]), dtype=x.dtype, device=x.device)
     launch(x, weight, bias, out, NORM, residual, norm_weight, stream, eps, tap=tap)
     return (silu_mul(out) if silu else out), stream
+
+
+def linear_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor,
+                    norm_weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One row's (RMSNorm(residual + x @ weight.T (+ bias)), residual + ...) in one kernel, where
+    `linear` and ops.add_rms_norm take two: the product's programs add their rows into the stream
+    (residual, in place) and the last to finish normalizes the row (`overlap.norm_after_o`). The
+    stream is the two kernels' bit for bit; the norm's sum may round its last bit otherwise."""
+    n, k = weight.shape
+    assert x.shape == (1, k) and residual.shape == (1, n) and residual.is_contiguous()
+    x = x.contiguous()
+    out = torch.empty_like(residual)
+    block_n, block_k, warps, stages = gemv_config(n, k)
+    _gemv[(triton.cdiv(n, block_n),)](
+        x, residual, norm_weight, x, x, weight, bias if bias is not None else weight, out, n, k, eps,
+        PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=False, BLOCK_N=block_n, BLOCK_K=block_k,
+        EVEN_K=k % block_k == 0, SILU=False, lock_ptr=split_locks(x.device), ADD_NORM=True,
+        BLOCK_ROW=triton.next_power_of_2(n), num_warps=warps, num_stages=stages, **launch_options(x.device, 1),
+    )
+    return out, residual
 
 
 def norm_linear_rope(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,

@@ -29,7 +29,9 @@ bit the two kernels'; off until measured on the GPU (SPECCHAT_ROPE_EPILOGUE=1 tu
 And a decode step's attention merging its splits in the program that finishes last instead of a
 merge kernel (merge_in_attention), and its RoPE and K/V stores inside the attention kernel
 (rope_in_attention, attention.rope_store_attend): one launch a layer fewer each; off until
-measured (SPECCHAT_ATTN_MERGE=1, SPECCHAT_ATTN_ROPE=1 turn them on).
+measured (SPECCHAT_ATTN_MERGE=1, SPECCHAT_ATTN_ROPE=1 turn them on). Likewise the residual add
+and RMSNorm before the MLP in o_proj's kernel, done by its last program (norm_after_o,
+gemv.linear_add_norm; SPECCHAT_O_NORM=1).
 """
 
 from __future__ import annotations
@@ -92,10 +94,17 @@ def rope_in_attention() -> bool:
     return os.environ.get("SPECCHAT_ATTN_ROPE", "0") == "1"
 
 
+@functools.cache
+def norm_after_o() -> bool:
+    """Whether a decode step's residual add and RMSNorm after attention ride in o_proj's kernel
+    (gemv.linear_add_norm) instead of a kernel of their own (ops.add_rms_norm)."""
+    return os.environ.get("SPECCHAT_O_NORM", "0") == "1"
+
+
 def launch_label(device: torch.device) -> str:
     """Which of them are on, for a benchmark's title ("" where none is)."""
     on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
           (rope_epilogue(), "RoPE in the q/k/v epilogue"),
           (merge_in_attention(), "attention merged in its last split"),
-          (rope_in_attention(), "RoPE in the attention kernel")]
+          (rope_in_attention(), "RoPE in the attention kernel"), (norm_after_o(), "the MLP's norm in o_proj")]
     return "".join(f", {what}" for yes, what in on if yes)

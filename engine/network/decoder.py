@@ -107,26 +107,26 @@ class Attention(nn.Module):
         return self.o_proj(out.reshape(t, self.q_size))
 
     def fused_forward(self, qkv, positions: torch.Tensor, inv_freq: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention, o_proj."""
+        """From the q/k/v projection on: q/k norm, RoPE and the K/V write, attention ([T, H, D],
+        before o_proj)."""
         from engine.kernels.attention import rope_store_attend
         from engine.kernels.ops import qk_rope_store
         from engine.kernels.overlap import rope_in_attention
 
         norm = self.q_norm is not None
         if qkv.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and rope_in_attention():
-            out = rope_store_attend(
+            return rope_store_attend(
                 qkv, inv_freq, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
                 self.q_norm.eps if norm else 0.0, ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table,
                 ctx.start, ctx.pool.page_size, self.num_heads, self.scale,
             )
-            return self.project(out)
         q = qk_rope_store(
             qkv, positions, inv_freq, self.q_norm.weight if norm else None,
             self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
             ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table, ctx.pool.page_size, self.num_heads,
             None if ctx.batch is None else ctx.batch.rows,
         )
-        return self.attend_project(q, ctx)
+        return attend(q, self.layer, ctx, self.scale)
 
     def rope_in_epilogue(self, x: torch.Tensor, ctx: StepContext) -> bool:
         """Whether this step's q/k/v product can end in RoPE and the K/V stores (`norm_linear_rope`):
@@ -138,9 +138,12 @@ class Attention(nn.Module):
         return (x.shape[-2] == 1 and self.q_norm is None and ctx.batch is None and ctx.invariant_chunk == 0
                 and self.qkv_proj.out_features < 16384 and rope_epilogue())
 
-    def attend_project(self, q: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        """Attention of the RoPE'd queries [T, H, D] over the cache, then o_proj."""
-        return self.project(attend(q, self.layer, ctx, self.scale), ctx.invariant_chunk > 0)
+    def norm_in_o(self, out: torch.Tensor, ctx: StepContext) -> bool:
+        """Whether o_proj can end in the residual add and RMSNorm before the MLP
+        (`gemv.linear_add_norm`): one token of one sequence, not batch-invariant."""
+        from engine.kernels.overlap import norm_after_o
+
+        return out.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and norm_after_o()
 
     def project(self, out: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """o_proj of the attention's output [T, H, D]."""
@@ -181,7 +184,14 @@ class DecoderLayer(nn.Module):
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
         the final norm). tap: where the stream entering this layer (residual + x) is kept as well,
         by the add that computes it."""
-        from engine.kernels.gemv import linear_parts, norm_linear, norm_linear_rope
+        from engine.kernels.gemv import (
+            linear,
+            linear_add_norm,
+            linear_parts,
+            linear_silu,
+            norm_linear,
+            norm_linear_rope,
+        )
         from engine.kernels.ops import silu_mul
         from engine.kernels.overlap import silu_epilogue
 
@@ -193,16 +203,21 @@ class DecoderLayer(nn.Module):
                                            attn.qkv_proj.bias, positions, inv_freq, ctx.pool.k[attn.layer],
                                            ctx.pool.v[attn.layer], ctx.page_table, ctx.pool.page_size,
                                            attn.num_heads, tap=tap)
-            x = attn.attend_project(q, ctx)
+            out = attend(q, attn.layer, ctx, attn.scale)
         else:
             qkv, residual = norm_linear(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight,
                                         attn.qkv_proj.bias, invariant, tap=tap)
-            x = attn.fused_forward(qkv, positions, inv_freq, ctx)
+            out = attn.fused_forward(qkv, positions, inv_freq, ctx)
         norm = self.post_attention_layernorm
         fused = silu_epilogue()  # SiLU(gate) * up in the gate/up product's epilogue
-        act, residual = norm_linear(x, residual, norm.weight, norm.eps, mlp.gate_up_proj.weight, None, invariant,
-                                    silu=fused)
-        act = act if fused else silu_mul(act)
+        if attn.norm_in_o(out, ctx):
+            h, residual = linear_add_norm(out.reshape(1, attn.q_size), attn.o_proj.weight, attn.o_proj.bias,
+                                          residual, norm.weight, norm.eps)
+            act = linear_silu(h, mlp.gate_up_proj.weight) if fused else silu_mul(linear(h, mlp.gate_up_proj.weight))
+        else:
+            act, residual = norm_linear(attn.project(out, invariant), residual, norm.weight, norm.eps,
+                                        mlp.gate_up_proj.weight, None, invariant, silu=fused)
+            act = act if fused else silu_mul(act)
         return linear_parts(act, mlp.down_proj.weight, None, invariant), residual
 
 
