@@ -47,11 +47,18 @@ def test_graph_step_equals_eager_step(trio):
         assert torch.equal(x.tokens, y.tokens)
 
 
+@pytest.mark.parametrize("down_norm", [False, True])
 @pytest.mark.parametrize("layers", [(0, 1), (1,), (0, 2, 3)])
-def test_the_fused_layers_keep_the_torch_paths_states(trio, layers):
+def test_the_fused_layers_keep_the_torch_paths_states(trio, layers, down_norm, monkeypatch):
     """The states a drafter reads, kept by the residual adds of the fused layers (the final norm's
-    for the last layer), are the torch path's residual stream after each tapped layer."""
+    for the last layer; down_proj's where it ends in the next norm), are the torch path's residual
+    stream after each tapped layer."""
+    from engine.kernels import overlap
+
+    monkeypatch.setattr(overlap, "norm_after_down", lambda: down_norm)
     cpu, graphed, _ = trio
+    if down_norm:  # graphs captured without it would replay the other path
+        graphed = on_cuda(cpu, eager=False)
     layers = tuple(i for i in layers if i < cpu.config.num_layers)
     greedy = SamplingParams()
     a, b = cpu.new_sequence(), graphed.new_sequence()

@@ -149,8 +149,10 @@ def test_the_norm_after_o_proj_in_its_last_program_matches_the_two_kernels(dtype
     norm_w = (1 + 0.1 * torch.randn(n, device=device)).to(dtype)
     two = stream.clone()
     expected, _ = add_rms_norm(launch(x, w, b, torch.empty(1, n, dtype=dtype, device=device)), two, norm_w, 1e-6)
-    h, one = linear_add_norm(x, w, b, stream, norm_w, 1e-6)
+    tap = torch.full((3, n), float("nan"), dtype=dtype, device=device)[1:2]  # a row of a larger buffer
+    h, one = linear_add_norm(x, w, b, stream, norm_w, 1e-6, tap=tap)
     assert one is stream and torch.equal(one, two)  # the stream, in place, bit for bit
+    assert torch.equal(tap, two)
     assert rel_err(h, expected) < TOL[dtype] / 4  # the norm's sum may round its last bit otherwise
     assert not split_locks(x.device).any()
 

@@ -5,8 +5,8 @@ Two copies of one bf16 model with the layer shapes of Qwen2.5-1.5B (so every ker
 step uses runs: the norm folded into q/k/v, gate/up on the matrix units, o and down as split
 partials, the split attention), one captured with dependent launch (or SiLU in the gate/up
 epilogue, or RoPE in the q/k/v epilogue or in the attention kernel) and one without: every step, decode and verify, must give the same logits bit for bit
-(the attention's merge in its last split and the norm in o_proj's: within rounding, since they sum
-in another order).
+(the attention's merge in its last split and the norms in o_proj's and down_proj's: within rounding,
+since they sum in another order).
 """
 
 import copy
@@ -54,6 +54,7 @@ def plain():
         m.setattr(overlap, "merge_in_attention", lambda: False)
         m.setattr(overlap, "rope_in_attention", lambda: False)
         m.setattr(overlap, "norm_after_o", lambda: False)
+        m.setattr(overlap, "norm_after_down", lambda: False)
         base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
         assert base.graphs is not None
         return base, steps(base)
@@ -109,11 +110,11 @@ def test_every_change_at_once_leaves_every_steps_logits_bit_for_bit(hopper, plai
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("change", ["merge_in_attention", "norm_after_o", "all"])
+@pytest.mark.parametrize("change", ["merge_in_attention", "norm_after_o", "norm_after_down", "all"])
 def test_the_last_program_finishing_a_row_keeps_every_steps_logits_within_rounding(plain, change, monkeypatch):
     """Not bit for bit: the last split merges the splits one after another where the merge kernel
-    sums them as a tree, and o_proj's last program sums the row's squares for the norm in its own
-    order. Every step's logits stay within bf16 rounding of the plain path's."""
+    sums them as a tree, and o_proj's or down_proj's last program sums the row's squares for the
+    norm in its own order. Every step's logits stay within bf16 rounding of the plain path's."""
     base, expected = plain
     every = change == "all"
     monkeypatch.setattr(overlap, "dependent_launch", lambda device: every and device.type == "cuda")
@@ -121,5 +122,6 @@ def test_the_last_program_finishing_a_row_keeps_every_steps_logits_within_roundi
     monkeypatch.setattr(overlap, "rope_in_attention", lambda: every)
     monkeypatch.setattr(overlap, "merge_in_attention", lambda: every or change == "merge_in_attention")
     monkeypatch.setattr(overlap, "norm_after_o", lambda: every or change == "norm_after_o")
+    monkeypatch.setattr(overlap, "norm_after_down", lambda: every or change == "norm_after_down")
     for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert ((a.double() - b.double()).norm() / a.double().norm()).item() < 1e-2

@@ -46,9 +46,9 @@ for prologue, silu, gdc, bias in itertools.product((0, 1), (False, True), (False
     if prologue and silu: continue
     c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu, "ADD_NORM": False, "BLOCK_ROW": 1}
     print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
-for gdc, bias in itertools.product((False, True), (False, True)):  # o_proj with the MLP's norm after it
-    c = {"PROLOGUE": 0, "HAS_RES": False, "HAS_BIAS": bias, "TAP": False, "BLOCK_N": 8, "BLOCK_K": 512, "EVEN_K": True, "GDC": gdc, "SILU": False, "ADD_NORM": True, "BLOCK_ROW": 2048}
-    print("gemv add_norm", {"gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
+for gdc, bias, tap in itertools.product((False, True), repeat=3):  # o_proj or down_proj with the next norm after it
+    c = {"PROLOGUE": 0, "HAS_RES": False, "HAS_BIAS": bias, "TAP": tap, "BLOCK_N": 8, "BLOCK_K": 512, "EVEN_K": True, "GDC": gdc, "SILU": False, "ADD_NORM": True, "BLOCK_ROW": 2048}
+    print("gemv add_norm", {"gdc": gdc, "bias": bias, "tap": tap}, build(gemv._gemv, gv, c))
 gr = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "pos_ptr": "*i64", "inv_freq_ptr": "*fp32", "K": i32, "eps": f32}
 for prologue, gdc in itertools.product((0, 1), (False, True)):
     c = {"PROLOGUE": prologue, "HAS_RES": prologue == 1, "HAS_BIAS": True, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 2048 if prologue else 1024, "EVEN_K": True, "GDC": gdc, "H": 12, "KVH": 2, "D": 128, "PS": 16}

@@ -23,9 +23,10 @@
 #   pdl      the step bench with dependent launch (SPECCHAT_PDL), SiLU in the gate/up epilogue
 #            (SPECCHAT_SILU_EPILOGUE), RoPE in the q/k/v epilogue (SPECCHAT_ROPE_EPILOGUE), the
 #            attention's merge in its last split (SPECCHAT_ATTN_MERGE), RoPE in the attention kernel
-#            (SPECCHAT_ATTN_ROPE) and the MLP's norm in o_proj (SPECCHAT_O_NORM) off and on,
-#            engine/kernels/overlap.py: Qwen2.5-0.5B shape, the Coder-1.5B's real weights, Qwen3-4B
-#            shape (SHAPES, SETTINGS="pdl,silu,rope,merge,arope,onorm ..." choose)
+#            (SPECCHAT_ATTN_ROPE), the MLP's norm in o_proj (SPECCHAT_O_NORM) and the next layer's in
+#            down_proj (SPECCHAT_DOWN_NORM) off and on, engine/kernels/overlap.py: Qwen2.5-0.5B shape,
+#            the Coder-1.5B's real weights, Qwen3-4B shape (SHAPES, SETTINGS="pdl,silu,rope,merge,arope,
+#            onorm,dnorm ..." choose)
 #   bg JOB CMD...  CMD in a process session of its own (it outlives the call, and the machine stays
 #            held while calls keep coming), run in a copy of this tree (later calls replace the tree);
 #            its log in /root/stage/bg/JOB.log, its $OUT in /root/stage/bg/JOB.out. For work that
@@ -78,15 +79,16 @@ pdl)
     for tag in ${SHAPES:-qwen2.5-0.5b $name qwen3-4b}; do  # a preset's random weights, or a pack
       shape="--model $tag"; case $tag in qwen2.5-0.5b|qwen2.5-1.5b|qwen3-4b) shape="--random $tag";; esac
       case $tag in $name|qwen2.5-1.5b) shape="$shape --drafter-pass";; esac  # the issue's bound is the 1.5B's
-      for setting in ${SETTINGS:-1,1,0,0,0,0 1,1,0,1,1,0 1,1,0,1,1,1}; do  # PDL (0, 1, decode), SiLU, RoPE,
-        # merge, arope, onorm
-        IFS=, read -r pdl silu rope merge arope onorm <<< "$setting"
-        rope=${rope:-0}; merge=${merge:-0}; arope=${arope:-0}; onorm=${onorm:-0}
+      for setting in ${SETTINGS:-1,1,0,0,0,0,0 1,1,0,1,1,1,1}; do  # PDL (0, 1, decode), SiLU, RoPE,
+        # merge, arope, onorm, dnorm
+        IFS=, read -r pdl silu rope merge arope onorm dnorm <<< "$setting"
+        rope=${rope:-0}; merge=${merge:-0}; arope=${arope:-0}; onorm=${onorm:-0}; dnorm=${dnorm:-0}
         SPECCHAT_PDL=$pdl SPECCHAT_SILU_EPILOGUE=$silu SPECCHAT_ROPE_EPILOGUE=$rope SPECCHAT_ATTN_MERGE=$merge \
-          SPECCHAT_ATTN_ROPE=$arope SPECCHAT_O_NORM=$onorm timeout 100 python3 -m specchat bench steps $shape $opts \
-          --json "$OUT/pdl-$pdl$silu$rope$merge$arope$onorm-$tag-$round.json" 2>&1 \
+          SPECCHAT_ATTN_ROPE=$arope SPECCHAT_O_NORM=$onorm SPECCHAT_DOWN_NORM=$dnorm timeout 100 \
+          python3 -m specchat bench steps $shape $opts \
+          --json "$OUT/pdl-$pdl$silu$rope$merge$arope$onorm$dnorm-$tag-$round.json" 2>&1 \
           | grep -E "^ *1024 |kernels\)|^chain |^DFlash drafter pass" \
-          | sed "s/^/$pdl$silu$rope$merge$arope$onorm $tag: /"
+          | sed "s/^/$pdl$silu$rope$merge$arope$onorm$dnorm $tag: /"
       done
     done
   done

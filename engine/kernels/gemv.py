@@ -67,20 +67,24 @@ def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
         if HAS_BIAS:
             y += tl.load(b_ptr + rows, mask=live, other=0.0).to(tl.float32)
         if ADD_NORM:
-            _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, out_ptr, lock_ptr, N, eps, BLOCK_ROW)
+            _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, t_ptr, out_ptr, lock_ptr, N, eps, TAP, BLOCK_ROW)
         else:
             tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=live)
 
 
 @triton.jit
-def _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, out_ptr, lock_ptr, N, eps, BLOCK_ROW: tl.constexpr):
+def _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, t_ptr, out_ptr, lock_ptr, N, eps, TAP: tl.constexpr,
+                       BLOCK_ROW: tl.constexpr):
     """The residual add and RMSNorm after a one-row product (`linear_add_norm`): each program adds
-    its rows of the product, rounded as the product's output, into the stream in place; the last to
-    arrive at the counter normalizes the whole row into out, as ops.add_rms_norm does, and resets
-    the counter. The barrier orders every thread's stream stores before the counter's release."""
+    its rows of the product, rounded as the product's output, into the stream in place (and its
+    tap); the last to arrive at the counter normalizes the whole row into out, as ops.add_rms_norm
+    does, and resets the counter. The barrier orders every thread's stream stores before the
+    counter's release."""
     dtype = r_ptr.dtype.element_ty
     stream = (y.to(dtype).to(tl.float32) + tl.load(r_ptr + rows, mask=live, other=0.0).to(tl.float32)).to(dtype)
     tl.store(r_ptr + rows, stream, mask=live)
+    if TAP:  # the stream kept for a drafter as well
+        tl.store(t_ptr + rows, stream, mask=live)
     tl.debug_barrier()
     if tl.atomic_add(lock_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         cols = tl.arange(0, BLOCK_ROW)
@@ -524,19 +528,24 @@ def norm_linear(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: tor
 
 
 def linear_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor,
-                    norm_weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                    norm_weight: torch.Tensor, eps: float, tap: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """One row's (RMSNorm(residual + x @ weight.T (+ bias)), residual + ...) in one kernel, where
     `linear` and ops.add_rms_norm take two: the product's programs add their rows into the stream
-    (residual, in place) and the last to finish normalizes the row (`overlap.norm_after_o`). The
-    stream is the two kernels' bit for bit; the norm's sum may round its last bit otherwise."""
+    (residual, in place; and tap, a [1, N] view, where given) and the last to finish normalizes
+    the row (`overlap.norm_after_o`, `overlap.norm_after_down`). The stream is the two kernels'
+    bit for bit; the norm's sum may round its last bit otherwise."""
     n, k = weight.shape
     assert x.shape == (1, k) and residual.shape == (1, n) and residual.is_contiguous()
+    assert tap is None or (tap.shape == (1, n) and tap.stride(1) == 1)
     x = x.contiguous()
     out = torch.empty_like(residual)
     block_n, block_k, warps, stages = gemv_config(n, k)
     _gemv[(triton.cdiv(n, block_n),)](
-        x, residual, norm_weight, x, x, weight, bias if bias is not None else weight, out, n, k, eps,
-        PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=False, BLOCK_N=block_n, BLOCK_K=block_k,
+        x, residual, norm_weight, x, tap if tap is not None else x, weight, bias if bias is not None else weight,
+        out, n, k, eps,
+        PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=tap is not None, BLOCK_N=block_n,
+        BLOCK_K=block_k,
         EVEN_K=k % block_k == 0, SILU=False, lock_ptr=split_locks(x.device), ADD_NORM=True,
         BLOCK_ROW=triton.next_power_of_2(n), num_warps=warps, num_stages=stages, **launch_options(x.device, 1),
     )

@@ -31,7 +31,8 @@ merge kernel (merge_in_attention), and its RoPE and K/V stores inside the attent
 (rope_in_attention, attention.rope_store_attend): one launch a layer fewer each; off until
 measured (SPECCHAT_ATTN_MERGE=1, SPECCHAT_ATTN_ROPE=1 turn them on). Likewise the residual add
 and RMSNorm before the MLP in o_proj's kernel, done by its last program (norm_after_o,
-gemv.linear_add_norm; SPECCHAT_O_NORM=1).
+gemv.linear_add_norm; SPECCHAT_O_NORM=1), and the next layer's input norm (or the final norm) in
+down_proj's (norm_after_down; SPECCHAT_DOWN_NORM=1).
 """
 
 from __future__ import annotations
@@ -101,10 +102,18 @@ def norm_after_o() -> bool:
     return os.environ.get("SPECCHAT_O_NORM", "0") == "1"
 
 
+@functools.cache
+def norm_after_down() -> bool:
+    """Whether a decode step's every layer ends in the norm that comes next (the next layer's
+    input norm, or the final norm) in down_proj's kernel (gemv.linear_add_norm)."""
+    return os.environ.get("SPECCHAT_DOWN_NORM", "0") == "1"
+
+
 def launch_label(device: torch.device) -> str:
     """Which of them are on, for a benchmark's title ("" where none is)."""
     on = [(dependent_launch(device), "dependent launch"), (silu_epilogue(), "SiLU in the gate/up epilogue"),
           (rope_epilogue(), "RoPE in the q/k/v epilogue"),
           (merge_in_attention(), "attention merged in its last split"),
-          (rope_in_attention(), "RoPE in the attention kernel"), (norm_after_o(), "the MLP's norm in o_proj")]
+          (rope_in_attention(), "RoPE in the attention kernel"), (norm_after_o(), "the MLP's norm in o_proj"),
+          (norm_after_down(), "the next norm in down_proj")]
     return "".join(f", {what}" for yes, what in on if yes)

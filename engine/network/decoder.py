@@ -177,13 +177,19 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, tap: torch.Tensor | None = None):
+    def fused_forward(self, x, residual, positions, inv_freq, ctx: StepContext, tap: torch.Tensor | None = None,
+                      normed: bool = False, next_norm: RMSNorm | None = None, next_tap: torch.Tensor | None = None):
         """x: the previous block's output, residual: the stream before it (None at layer 0).
         Returns this layer's MLP output and the stream before it. The outputs of o and down may
         be float32 split partials [S, T, N] (`triton_gemv.linear_parts`), which the residual add
         after them sums (`triton_ops.add_rms_norm`: through `norm_linear` in the next block, or
         the final norm). tap: where the stream entering this layer (residual + x) is kept as well,
-        by the add that computes it."""
+        by the add that computes it.
+
+        One-token steps can end each layer in the next one's norm (`Decoder.norm_after_down`):
+        given next_norm (the next layer's input norm, or the final norm) down_proj's kernel adds
+        the stream, keeps it in next_tap where given, and norms it, and the layer returns (its
+        output normed, the stream after it); the next layer, told normed, starts at its q/k/v."""
         from engine.kernels.gemv import (
             linear,
             linear_add_norm,
@@ -198,7 +204,9 @@ class DecoderLayer(nn.Module):
         attn, mlp = self.self_attn, self.mlp
         invariant = ctx.invariant_chunk > 0  # batch-invariant steps: every row computed alike
         norm = self.input_layernorm
-        if attn.rope_in_epilogue(x, ctx):
+        if normed:  # the layer before ended in this layer's norm
+            out = attn.fused_forward(linear(x, attn.qkv_proj.weight, attn.qkv_proj.bias), positions, inv_freq, ctx)
+        elif attn.rope_in_epilogue(x, ctx):
             q, residual = norm_linear_rope(x, residual, norm.weight, norm.eps, attn.qkv_proj.weight,
                                            attn.qkv_proj.bias, positions, inv_freq, ctx.pool.k[attn.layer],
                                            ctx.pool.v[attn.layer], ctx.page_table, ctx.pool.page_size,
@@ -218,6 +226,9 @@ class DecoderLayer(nn.Module):
             act, residual = norm_linear(attn.project(out, invariant), residual, norm.weight, norm.eps,
                                         mlp.gate_up_proj.weight, None, invariant, silu=fused)
             act = act if fused else silu_mul(act)
+        if next_norm is not None:
+            return linear_add_norm(act, mlp.down_proj.weight, None, residual, next_norm.weight, next_norm.eps,
+                                   tap=next_tap)
         return linear_parts(act, mlp.down_proj.weight, None, invariant), residual
 
 
@@ -279,6 +290,13 @@ class Decoder(nn.Module):
         h = self.config.hidden_size
         tapped, tap = sorted(set(state_layers)), None  # each once, in layer order, as `forward` keeps them
         states = x.new_empty((x.shape[0], len(tapped) * h)) if tapped else None
+        if self.norm_after_down(x, ctx):  # each layer's down_proj computes, keeps and norms the stream after it
+            for i, layer in enumerate(self.layers):
+                j = tapped.index(i) if i in tapped else None
+                after = self.layers[i + 1].input_layernorm if i + 1 < len(self.layers) else self.norm
+                x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, normed=i > 0, next_norm=after,
+                                                  next_tap=None if j is None else states[:, j * h : (j + 1) * h])
+            return (x, states) if state_layers else x
         for i, layer in enumerate(self.layers):
             x, residual = layer.fused_forward(x, residual, positions, inv_freq, ctx, tap=tap)
             j = tapped.index(i) if i in tapped else None
@@ -287,6 +305,15 @@ class Decoder(nn.Module):
         if state_layers:
             return hidden, states
         return hidden
+
+    def norm_after_down(self, x: torch.Tensor, ctx: StepContext) -> bool:
+        """Whether each layer's down_proj ends in the next norm (`gemv.linear_add_norm`): one
+        token of one sequence, not batch-invariant, and no RoPE in the q/k/v epilogue (whose
+        kernel does the norm it would skip)."""
+        from engine.kernels.overlap import norm_after_down, rope_epilogue
+
+        return (x.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and norm_after_down()
+                and not rope_epilogue())
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if hidden.is_cuda and triton_available():
