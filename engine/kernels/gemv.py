@@ -42,7 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.ops import add_rms_norm, silu_mul, wait_for_previous
+from engine.kernels.ops import add_rms_norm, rms_norm_row, silu_mul, wait_for_previous
 from engine.kernels.overlap import launch_options
 from engine.limits import MAX_STEP
 
@@ -90,9 +90,8 @@ def _add_norm_epilogue(y, rows, live, r_ptr, nw_ptr, t_ptr, out_ptr, lock_ptr, N
         cols = tl.arange(0, BLOCK_ROW)
         m = cols < N
         xf = tl.load(r_ptr + cols, mask=m, other=0.0, cache_modifier=".cg").to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / N + eps)
-        w = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        tl.store(out_ptr + cols, (w * (xf * rstd).to(dtype).to(tl.float32)).to(dtype), mask=m)
+        w = tl.load(nw_ptr + cols, mask=m, other=0.0)
+        tl.store(out_ptr + cols, rms_norm_row(xf, w, N, eps, dtype), mask=m)
         tl.atomic_xchg(lock_ptr, 0)
 
 
@@ -160,10 +159,8 @@ def _row_sums(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_rows, live, pid, K, eps,
             tl.store(s_ptr + cols, x, mask=m & (pid == 0))
         if TAP:  # the stream kept for a drafter as well
             tl.store(t_ptr + cols, x, mask=m & (pid == 0))
-        xf = x.to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(xf * xf, 0) / K + eps)
-        nw = tl.load(nw_ptr + cols, mask=m, other=0.0).to(tl.float32)
-        xin = (nw * (xf * rstd).to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
+        nw = tl.load(nw_ptr + cols, mask=m, other=0.0)
+        xin = rms_norm_row(x.to(tl.float32), nw, K, eps, x.dtype).to(tl.float32)
         y = tl.sum(w.to(tl.float32) * xin[None, :], axis=1)
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -543,11 +540,10 @@ def linear_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     block_n, block_k, warps, stages = gemv_config(n, k)
     _gemv[(triton.cdiv(n, block_n),)](
         x, residual, norm_weight, x, tap if tap is not None else x, weight, bias if bias is not None else weight,
-        out, n, k, eps,
-        PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=tap is not None, BLOCK_N=block_n,
-        BLOCK_K=block_k,
-        EVEN_K=k % block_k == 0, SILU=False, lock_ptr=split_locks(x.device), ADD_NORM=True,
-        BLOCK_ROW=triton.next_power_of_2(n), num_warps=warps, num_stages=stages, **launch_options(x.device, 1),
+        out, n, k, eps, PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=tap is not None,
+        BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=False, lock_ptr=split_locks(x.device),
+        ADD_NORM=True, BLOCK_ROW=triton.next_power_of_2(n), num_warps=warps, num_stages=stages,
+        **launch_options(x.device, 1),
     )
     return out, residual
 

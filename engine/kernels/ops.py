@@ -25,6 +25,14 @@ def wait_for_previous(GDC: tl.constexpr):
 
 
 @triton.jit
+def rms_norm_row(xf, w, n, eps, dtype: tl.constexpr):
+    """RMSNorm of one row's n float32 values xf (lanes past n zero) times weight w, with the torch
+    path's roundings: in dtype. The residual adds' norms all round through here."""
+    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / n + eps)
+    return (w.to(tl.float32) * (xf * rstd).to(dtype).to(tl.float32)).to(dtype)
+
+
+@triton.jit
 def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, tap_ptr, n_cols, part_stride, tap_stride, eps,
                   HAS_RES: tl.constexpr, PARTS: tl.constexpr, BLOCK: tl.constexpr, TAP: tl.constexpr,
                   GDC: tl.constexpr):
@@ -44,9 +52,7 @@ def _add_rms_norm(x_ptr, res_ptr, w_ptr, out_ptr, tap_ptr, n_cols, part_stride, 
         tl.store(res_ptr + row * n_cols + cols, x, mask=mask)
     if TAP:  # the stream kept for a drafter as well
         tl.store(tap_ptr + row * tap_stride + cols, x, mask=mask)
-    xf = x.to(tl.float32)
-    rstd = tl.rsqrt(tl.sum(xf * xf, 0) / n_cols + eps)
-    y = (w.to(tl.float32) * (xf * rstd).to(dtype).to(tl.float32)).to(dtype)
+    y = rms_norm_row(x.to(tl.float32), w, n_cols, eps, dtype)
     tl.store(out_ptr + row * n_cols + cols, y, mask=mask)
 
 
