@@ -74,6 +74,13 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: tor
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def one_token(t: int, ctx: StepContext) -> bool:
+    """Whether a step of t tokens is one token of one sequence that need not be batch-invariant:
+    the steps whose kernels can end in the next one's work (gemv.norm_linear_rope,
+    attention.rope_store_attend, gemv.linear_add_norm)."""
+    return t == 1 and ctx.batch is None and ctx.invariant_chunk == 0
+
+
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate-half RoPE. x: [T, heads, D]; cos, sin: [T, D]."""
     half = x.shape[-1] // 2
@@ -114,7 +121,7 @@ class Attention(nn.Module):
         from engine.kernels.overlap import rope_in_attention
 
         norm = self.q_norm is not None
-        if qkv.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and rope_in_attention():
+        if one_token(qkv.shape[0], ctx) and rope_in_attention():
             return rope_store_attend(
                 qkv, inv_freq, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
                 self.q_norm.eps if norm else 0.0, ctx.pool.k[self.layer], ctx.pool.v[self.layer], ctx.page_table,
@@ -135,7 +142,7 @@ class Attention(nn.Module):
         from engine.kernels.overlap import rope_epilogue
 
         # from 16384 rows on, one row goes to the matrix units or cuBLAS (gemv.launch, gemv._fits)
-        return (x.shape[-2] == 1 and self.q_norm is None and ctx.batch is None and ctx.invariant_chunk == 0
+        return (one_token(x.shape[-2], ctx) and self.q_norm is None  # x may be split partials [S, T, K]
                 and self.qkv_proj.out_features < 16384 and rope_epilogue())
 
     def norm_in_o(self, out: torch.Tensor, ctx: StepContext) -> bool:
@@ -143,7 +150,7 @@ class Attention(nn.Module):
         (`gemv.linear_add_norm`): one token of one sequence, not batch-invariant."""
         from engine.kernels.overlap import norm_after_o
 
-        return out.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and norm_after_o()
+        return one_token(out.shape[0], ctx) and norm_after_o()
 
     def project(self, out: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """o_proj of the attention's output [T, H, D]."""
@@ -312,8 +319,7 @@ class Decoder(nn.Module):
         kernel does the norm it would skip)."""
         from engine.kernels.overlap import norm_after_down, rope_epilogue
 
-        return (x.shape[0] == 1 and ctx.batch is None and ctx.invariant_chunk == 0 and norm_after_down()
-                and not rope_epilogue())
+        return one_token(x.shape[0], ctx) and norm_after_down() and not rope_epilogue()
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if hidden.is_cuda and triton_available():
