@@ -4,7 +4,8 @@ what they compute.
 Two copies of one bf16 model with the layer shapes of Qwen2.5-1.5B (so every kernel variant a real
 step uses runs: the norm folded into q/k/v, gate/up on the matrix units, o and down as split
 partials, the split attention), one captured with dependent launch (or SiLU in the gate/up
-epilogue, or RoPE in the q/k/v epilogue or in the attention kernel) and one without: every step, decode and verify, must give the same logits bit for bit
+epilogue, or RoPE in the q/k/v epilogue or in the attention kernel) and one without: every step,
+decode and verify, must give the same logits bit for bit
 (the attention's merge in its last split and the norms in o_proj's and down_proj's: within rounding,
 since they sum in another order).
 """
@@ -44,17 +45,24 @@ def steps(model: Model) -> list[torch.Tensor]:
     return out
 
 
+CHANGES = ("silu_epilogue", "rope_epilogue", "merge_in_attention", "rope_in_attention", "norm_after_o",
+           "norm_after_down")
+
+
+def only(m, pdl: bool = False, **on: bool) -> None:
+    """Dependent launch where pdl, and of the other changes those named True, whatever the
+    environment says."""
+    m.setattr(overlap, "dependent_launch", lambda device: pdl and device.type == "cuda")
+    for name in CHANGES:
+        value = on.get(name, False)
+        m.setattr(overlap, name, lambda value=value: value)
+
+
 @pytest.fixture(scope="module")
 def plain():
-    """The model, and its steps' logits with neither change."""
+    """The model, and its steps' logits with no change."""
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(overlap, "dependent_launch", lambda device: False)
-        m.setattr(overlap, "silu_epilogue", lambda: False)
-        m.setattr(overlap, "rope_epilogue", lambda: False)
-        m.setattr(overlap, "merge_in_attention", lambda: False)
-        m.setattr(overlap, "rope_in_attention", lambda: False)
-        m.setattr(overlap, "norm_after_o", lambda: False)
-        m.setattr(overlap, "norm_after_down", lambda: False)
+        only(m)
         base = random_model(ModelConfig(**SHAPE), device="cuda", dtype=torch.bfloat16, max_context=1024)
         assert base.graphs is not None
         return base, steps(base)
@@ -64,50 +72,30 @@ def copy_of(model: Model) -> Model:
     return Model(copy.deepcopy(model.decoder), model.config, name=model.name, max_context=1024)
 
 
+def assert_bit_for_bit(plain) -> None:
+    base, expected = plain
+    for a, b in zip(expected, steps(copy_of(base)), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_dependent_launch_leaves_every_steps_logits_bit_for_bit(hopper, plain, monkeypatch):
-    base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: device.type == "cuda")
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
+    only(monkeypatch, pdl=True)
     assert overlap.launch_options(torch.device("cuda"), 16) == {"GDC": True, "launch_pdl": True}
-    for a, b in zip(expected, steps(copy_of(base)), strict=True):
-        assert torch.equal(a, b)
+    assert_bit_for_bit(plain)
 
 
-def test_silu_in_the_gate_up_epilogue_leaves_every_steps_logits_bit_for_bit(plain, monkeypatch):
-    base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: True)
-    for a, b in zip(expected, steps(copy_of(base)), strict=True):
-        assert torch.equal(a, b)
-
-
-def test_rope_in_the_qkv_epilogue_leaves_every_steps_logits_bit_for_bit(plain, monkeypatch):
-    base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
-    monkeypatch.setattr(overlap, "rope_epilogue", lambda: True)
-    for a, b in zip(expected, steps(copy_of(base)), strict=True):
-        assert torch.equal(a, b)
-
-
-def test_rope_in_the_attention_kernel_leaves_every_steps_logits_bit_for_bit(plain, monkeypatch):
-    base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: False)
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: False)
-    monkeypatch.setattr(overlap, "rope_in_attention", lambda: True)
-    for a, b in zip(expected, steps(copy_of(base)), strict=True):
-        assert torch.equal(a, b)
+@pytest.mark.parametrize("change", ["silu_epilogue", "rope_epilogue", "rope_in_attention"])
+def test_a_fused_epilogue_leaves_every_steps_logits_bit_for_bit(plain, change, monkeypatch):
+    """SiLU in the gate/up epilogue, RoPE in the q/k/v epilogue or in the attention kernel."""
+    only(monkeypatch, **{change: True})
+    assert_bit_for_bit(plain)
 
 
 @pytest.mark.parametrize("rope", ["epilogue", "attention"])
 def test_every_change_at_once_leaves_every_steps_logits_bit_for_bit(hopper, plain, rope, monkeypatch):
-    base, expected = plain
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: device.type == "cuda")
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: True)
-    monkeypatch.setattr(overlap, "rope_epilogue", lambda: rope == "epilogue")
-    monkeypatch.setattr(overlap, "rope_in_attention", lambda: rope == "attention")
-    for a, b in zip(expected, steps(copy_of(base)), strict=True):
-        assert torch.equal(a, b)
+    only(monkeypatch, pdl=True, silu_epilogue=True, rope_epilogue=rope == "epilogue",
+         rope_in_attention=rope == "attention")
+    assert_bit_for_bit(plain)
 
 
 @pytest.mark.parametrize("change", ["merge_in_attention", "norm_after_o", "norm_after_down", "all"])
@@ -117,11 +105,7 @@ def test_the_last_program_finishing_a_row_keeps_every_steps_logits_within_roundi
     norm in its own order. Every step's logits stay within bf16 rounding of the plain path's."""
     base, expected = plain
     every = change == "all"
-    monkeypatch.setattr(overlap, "dependent_launch", lambda device: every and device.type == "cuda")
-    monkeypatch.setattr(overlap, "silu_epilogue", lambda: every)
-    monkeypatch.setattr(overlap, "rope_in_attention", lambda: every)
-    monkeypatch.setattr(overlap, "merge_in_attention", lambda: every or change == "merge_in_attention")
-    monkeypatch.setattr(overlap, "norm_after_o", lambda: every or change == "norm_after_o")
-    monkeypatch.setattr(overlap, "norm_after_down", lambda: every or change == "norm_after_down")
+    only(monkeypatch, pdl=every, silu_epilogue=every, rope_in_attention=every,
+         **{name: every or change == name for name in ("merge_in_attention", "norm_after_o", "norm_after_down")})
     for a, b in zip(expected, steps(copy_of(base)), strict=True):
         assert ((a.double() - b.double()).norm() / a.double().norm()).item() < 1e-2

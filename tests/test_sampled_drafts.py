@@ -142,14 +142,20 @@ def test_sampled_draft_decoding_follows_the_targets_joint_distribution(pair):
     assert tv(empirical_joint(target, draft, PARAMS), exact_joint(target, PARAMS)) < BOUND
 
 
-def test_the_same_run_with_a_mismatched_q_fails_the_bound(pair, monkeypatch):
-    target, draft = pair
-    right = draft_module.probabilities
+def mismatch_q(monkeypatch, module) -> None:
+    """The proposer's q computed at a third of the reply's temperature: no longer the distribution
+    its drafts are drawn from."""
+    right = module.probabilities
 
     def mismatched(logits, params):
         return right(logits, dataclasses.replace(params, temperature=params.temperature * 0.3))
 
-    monkeypatch.setattr(draft_module, "probabilities", mismatched)
+    monkeypatch.setattr(module, "probabilities", mismatched)
+
+
+def test_the_same_run_with_a_mismatched_q_fails_the_bound(pair, monkeypatch):
+    target, draft = pair
+    mismatch_q(monkeypatch, draft_module)
     assert tv(empirical_joint(target, draft, PARAMS), exact_joint(target, PARAMS)) > BOUND
 
 
@@ -196,12 +202,7 @@ def test_dflash_sampled_drafts_with_a_mismatched_q_fail_the_bound(flash, monkeyp
     from engine.speculation.proposers.dflash import proposer as flash_module
 
     target, drafter = flash
-    right = flash_module.probabilities
-
-    def mismatched(logits, params):
-        return right(logits, dataclasses.replace(params, temperature=params.temperature * 0.3))
-
-    monkeypatch.setattr(flash_module, "probabilities", mismatched)
+    mismatch_q(monkeypatch, flash_module)
     assert tv(flash_joint(target, drafter, PARAMS)[0], exact_joint(target, PARAMS)) > BOUND
 
 
