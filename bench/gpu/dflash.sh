@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # A DFlash drafter for the Coder-1.5B, trained and measured on one warm GPU machine (weights
 # never come back: data, training, evaluation and bench run in calls back to back). Assumes the
-# pack is in SPECCHAT_CACHE (bench/gpu/session.sh setup) and the prompts, made on the machine the
-# code is read from, carried in bench/dflash-data:
+# pack is in SPECCHAT_CACHE (bench/gpu/session.sh setup). The first prompt set and its replies are
+# kept in the repository (bench/training-data/<pack>, packed by bench/cpu/pack_replies.py); other
+# sets, made on the machine the code is read from, are carried in bench/dflash-data:
 #   specchat dflash-prompts --out bench/dflash-data/prompts.jsonl --count 4000
 #   specchat dflash-prompts --out bench/dflash-data/eval.jsonl --count 64 --held-out
 # (gzip the large ones: a call carries 64 MiB in all, the tree and wheels included)
 # One subcommand per call:
-#   stage                  the carried prompts and replies (*.jsonl, or gzipped), into /root/stage/data;
+#   stage                  the prompts and replies kept in bench/training-data/<pack> (xz), then the
+#                          carried ones of bench/dflash-data (*.jsonl, or gzipped), into /root/stage/data;
 #                          each folder of bench/dflash-data (short/, more/: other prompt sets, with their
 #                          replies where made) as SET-prompts.jsonl, SET-greedy.jsonl ... with ids renamed
 #                          SET-N; and earlier runs' history-*.json (their curves join eval's chart)
@@ -57,14 +59,20 @@ stage)
   # stays under its 64 MiB), each folder's (another prompt set) as SET-X.jsonl with its ids
   # renamed SET-N, since every set numbers them alike
   mkdir -p $DATA
+  unpack() { case "$1" in *.xz) xzcat "$1";; *) zcat -f "$1";; esac; }
+  # the tracked set first (bench/training-data/<pack>: prompts and replies kept in the
+  # repository), then bench/dflash-data's files, which replace its files of the same name
+  for f in bench/training-data/$name/*.jsonl*; do
+    [ -f "$f" ] && unpack "$f" > "$DATA/$(basename "${f%.xz}")"
+  done
   for f in bench/dflash-data/*.jsonl bench/dflash-data/*.jsonl.gz bench/dflash-data/*/*.jsonl bench/dflash-data/*/*.jsonl.gz; do
     [ -f "$f" ] || continue
-    name=$(basename "$f" .gz); dir=$(dirname "$f"); set=""
+    file=$(basename "$f" .gz); dir=$(dirname "$f"); set=""
     [ "$dir" != bench/dflash-data ] && set=$(basename "$dir")
     if [ -n "$set" ]; then
-      zcat -f "$f" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$name"
+      unpack "$f" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$file"
     else
-      zcat -f "$f" > "$DATA/$name"
+      unpack "$f" > "$DATA/$file"
     fi
   done
   cp bench/dflash-data/history-*.json $DATA/ 2>/dev/null  # earlier runs' curves, for eval's chart
