@@ -60,20 +60,19 @@ stage)
   # renamed SET-N, since every set numbers them alike
   mkdir -p $DATA
   unpack() { case "$1" in *.xz) xzcat "$1";; *) zcat -f "$1";; esac; }
-  # the tracked set first (bench/training-data/<pack>: prompts and replies kept in the
-  # repository), then bench/dflash-data's files, which replace its files of the same name
-  for f in bench/training-data/$name/*.jsonl*; do
-    [ -f "$f" ] && unpack "$f" > "$DATA/$(basename "${f%.xz}")"
-  done
-  for f in bench/dflash-data/*.jsonl bench/dflash-data/*.jsonl.gz bench/dflash-data/*/*.jsonl bench/dflash-data/*/*.jsonl.gz; do
-    [ -f "$f" ] || continue
-    file=$(basename "$f" .gz); dir=$(dirname "$f"); set=""
-    [ "$dir" != bench/dflash-data ] && set=$(basename "$dir")
-    if [ -n "$set" ]; then
-      unpack "$f" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$file"
-    else
-      unpack "$f" > "$DATA/$file"
-    fi
+  # the sets kept in the repository (bench/training-data/<pack>) first, then bench/dflash-data's,
+  # whose files replace theirs of the same name
+  for root in bench/training-data/$name bench/dflash-data; do
+    for f in $root/*.jsonl $root/*.jsonl.gz $root/*.jsonl.xz $root/*/*.jsonl $root/*/*.jsonl.gz $root/*/*.jsonl.xz; do
+      [ -f "$f" ] || continue
+      file=$(basename "${f%.[gx]z}"); dir=$(dirname "$f"); set=""
+      [ "$dir" != $root ] && set=$(basename "$dir")
+      if [ -n "$set" ]; then
+        unpack "$f" | sed "s/\"id\": \"train-/\"id\": \"$set-/" > "$DATA/$set-$file"
+      else
+        unpack "$f" > "$DATA/$file"
+      fi
+    done
   done
   cp bench/dflash-data/history-*.json $DATA/ 2>/dev/null  # earlier runs' curves, for eval's chart
   wc -l $DATA/*.jsonl
