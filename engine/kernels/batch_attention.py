@@ -64,9 +64,10 @@ def batch_decode_attention(
     scale: float,
     block_n: int = BLOCK_N,
     warps: int = 4,
+    stages: int | None = None,
 ) -> torch.Tensor:
     """Each sequence's query attends to its own whole context (its K/V for this step already
-    written). [B, H, D]."""
+    written). [B, H, D]. stages: the key loop's pipeline depth (None: Triton's default)."""
     b, h, d = q.shape
     kvh = k_cache.shape[1]
     g = h // kvh
@@ -74,6 +75,6 @@ def batch_decode_attention(
     _batch_decode[(b, kvh)](
         q, k_cache, v_cache, page_table, positions, out, page_table.stride(0), scale,
         G=g, KVH=kvh, D=d, M=max(16, triton.next_power_of_2(g)), PS=page_size, BLOCK_N=block_n,
-        FP32=q.dtype == torch.float32, num_warps=warps,
+        FP32=q.dtype == torch.float32, num_warps=warps, **({} if stages is None else {"num_stages": stages}),
     )
     return out

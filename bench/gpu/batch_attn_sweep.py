@@ -1,0 +1,87 @@
+"""The batched decode step's attention swept on the lent GPU: launch settings against bandwidth.
+
+    python3 bench/gpu/batch_attn_sweep.py [--batch 64 256] [--context 640 1500]
+
+One layer of Qwen2.5-1.5B's attention shape (2 KV heads, 12 query heads, head dim 128) for a
+batch of sequences whose lengths are spread evenly over [context / 2, 3 context / 2] (a batch of
+`specchat generate` mixes them so), their pages shuffled through the pool. For each setting
+(keys per iteration, warps, pipeline stages) it prints the median time of a graph of the call
+and the K/V bytes read per second against the copy bandwidth (about 4.2 TB/s): how far the
+kernel is from the floor that `generate` on long prompts pays every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import statistics
+
+import torch
+from triton.runtime.errors import OutOfResources
+
+from engine.kernels.batch_attention import batch_decode_attention
+
+KVH, H, D, PAGE = 2, 12, 128, 16
+
+
+def time_graph(fn, reps: int = 30) -> float:
+    fn()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def batch(b: int, context: int):
+    """Queries, one layer's K/V pool, page tables and last positions for b sequences."""
+    gen = torch.Generator().manual_seed(b * 7919 + context)
+    lengths = torch.randint(context // 2, 3 * context // 2 + 1, (b,), generator=gen)
+    pages = (lengths + PAGE - 1) // PAGE
+    width = int(pages.max())
+    order = torch.randperm(int(pages.sum()), generator=gen)
+    table = torch.zeros(b, width, dtype=torch.long)
+    start = 0
+    for i, n in enumerate(pages.tolist()):
+        table[i, :n] = order[start:start + n]
+        start += n
+    slots = int(pages.sum()) * PAGE
+    k = torch.randn(slots, KVH, D, device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(b, H, D, device="cuda", dtype=torch.bfloat16)
+    return q, k, torch.randn_like(k), table.cuda(), (lengths - 1).cuda(), int(lengths.sum())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, nargs="+", default=[64, 256])
+    p.add_argument("--context", type=int, nargs="+", default=[640, 1500])
+    args = p.parse_args()
+    print("batch context block_n warps stages      us    TB/s")
+    for b, context in itertools.product(args.batch, args.context):
+        q, k, v, table, positions, tokens = batch(b, context)
+        kv_bytes = 2 * tokens * KVH * D * k.element_size()
+        rows = []
+        for block_n, warps, stages in itertools.product((32, 64, 128), (4, 8), (None, 1, 2, 3, 4)):
+            call = functools.partial(batch_decode_attention, q, k, v, table, positions, PAGE, 0.088,
+                                     block_n=block_n, warps=warps, stages=stages)
+            try:
+                ms = time_graph(call)
+            except OutOfResources:  # more shared memory than a multiprocessor has
+                print(f"{b:5d} {context:7d} {block_n:7d} {warps:5d} {stages!s:>6}  out of resources")
+                continue
+            rows.append((ms, block_n, warps, stages))
+            print(f"{b:5d} {context:7d} {block_n:7d} {warps:5d} {stages!s:>6} {1000 * ms:7.1f} "
+                  f"{kv_bytes / ms / 1e9:7.2f}")
+        best = min(rows, key=lambda row: row[0])
+        print(f"best at batch {b}, context {context}: block_n {best[1]}, warps {best[2]}, stages {best[3]}: "
+              f"{1000 * best[0]:.1f} us, {kv_bytes / best[0] / 1e9:.2f} TB/s")
+
+
+if __name__ == "__main__":
+    main()
