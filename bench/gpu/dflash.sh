@@ -33,8 +33,8 @@
 #                          CODE=DIR runs the trainer of the tree unpacked in DIR (git archive COMMIT engine specchat)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
 #                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
-#   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, greedy and
-#                          sampled) with it; SAMPLED=1: the sampled rows' drafts drawn from the drafter's own
+#   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, or K="4 15 auto";
+#                          greedy and sampled) with it; SAMPLED=1: the sampled rows' drafts drawn from the drafter's own
 #                          distribution (--sample-drafts, the min(1, p/q) rule)
 #   exact LAYERS           float32 target and drafter: DFlash's replies against plain decoding, token for token
 #   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
@@ -130,7 +130,7 @@ eval)
 bench)
   for prompt in ${PROMPTS:-edit explain}; do
     timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
-      --k 2 3 4 8 15 auto --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
+      --k ${K:-2 3 4 8 15 auto} --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
       --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}-$prompt" 2>&1 \
       | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
   done
