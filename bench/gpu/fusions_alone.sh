@@ -4,7 +4,7 @@
 # in the background while a pack is staged (nothing else may use the GPU meanwhile).
 #   bash bench/gpu/session.sh bg alone "bash bench/gpu/fusions_alone.sh"
 set -uo pipefail
-SHAPES="${SHAPES:-qwen2.5-0.5b qwen2.5-1.5b}" \
+SHAPES="${SHAPES:-qwen2.5-0.5b qwen2.5-1.5b qwen3-4b}" \
   SETTINGS="1,1,0,0,0,0,0 1,1,0,1,0,0,0 1,1,0,0,1,0,0 1,1,0,0,0,1,0 1,1,0,0,0,0,1" \
   bash bench/gpu/session.sh pdl
 source bench/gpu/common.sh
