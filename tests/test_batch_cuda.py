@@ -38,8 +38,11 @@ def wide_model(seed: int = 0) -> Model:
                       num_kv_heads=2, head_dim=64, std=0.1)
 
 
+@pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_batch_kernel_equals_each_sequences_reference_attention(dtype):
+def test_batch_kernel_equals_each_sequences_reference_attention(dtype, splits):
+    """Whole contexts, or each cut into slices merged after (a sequence of one key leaves three of
+    its four slices empty)."""
     from engine.kernels.batch_attention import batch_decode_attention
 
     torch.manual_seed(0)
@@ -56,7 +59,7 @@ def test_batch_kernel_equals_each_sequences_reference_attention(dtype):
         used += count
     q = torch.randn(len(lengths), heads, d, device="cuda", dtype=dtype)
     positions = torch.tensor(lengths, device="cuda") - 1
-    out = batch_decode_attention(q, k_cache, v_cache, table, positions, page_size, d**-0.5)
+    out = batch_decode_attention(q, k_cache, v_cache, table, positions, page_size, d**-0.5, splits=splits)
     for b, n in enumerate(lengths):
         pos = torch.arange(n, device="cuda")
         slots = table[b, pos // page_size] * page_size + pos % page_size

@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from engine.kernels import attention, gemv, ops
+from engine.kernels import attention, batch_attention, gemv, ops
 
 target = GPUTarget("cuda", 90, 32)
 
@@ -62,3 +62,7 @@ for gdc in (False, True):
     for merge, rope, qk_norm in [(False, False, False), (True, False, False), (False, True, False), (True, True, False), (True, True, True)]:
         print("attend_split", gdc, merge, rope, qk_norm, build(attention._attend_split, {"q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "start_ptr": "*i64", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "scale": f32, "out_ptr": bf, "lock_ptr": "*i32", "qkv_ptr": bf, "inv_freq_ptr": "*fp32", "qw_ptr": bf, "kw_ptr": bf, "eps": f32}, {"T": 1, "G": 6, "KVH": 2, "D": 128, "M": 16, "ROWS": 16, "PS": 16, "SPLITS": 64, "CHUNK": 0, "BLOCK_N": 32, "CAUSAL": True, "FP32": False, "GDC": gdc, "MERGE": merge, "ROPE": rope, "QK_NORM": qk_norm}))
     print("merge_splits", gdc, build(attention._merge_splits, {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": bf}, {"G": 6, "KVH": 2, "D": 128, "ROWS": 16, "SPLITS": 64, "GDC": gdc}))
+# the batched decode step's attention, whole contexts or in slices with their merge
+for splits in (1, 4):
+    print("batch_decode", splits, build(batch_attention._batch_decode, {"q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "positions_ptr": "*i64", "out_ptr": bf, "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "table_stride": i32, "scale": f32}, {"G": 6, "KVH": 2, "D": 128, "M": 16, "PS": 16, "BLOCK_N": 64, "FP32": False, "SPLITS": splits}))
+print("batch_merge", build(batch_attention._batch_merge, {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": bf}, {"H": 12, "D": 128, "SPLITS": 4}))

@@ -8,4 +8,4 @@ SHAPES="${SHAPES:-qwen2.5-0.5b qwen2.5-1.5b qwen3-4b}" \
   SETTINGS="1,1,0,0,0,0,0 1,1,0,1,0,0,0 1,1,0,0,1,0,0 1,1,0,0,0,1,0 1,1,0,0,0,0,1" \
   bash bench/gpu/session.sh pdl
 source bench/gpu/common.sh
-timeout 240 python3 bench/gpu/batch_attn_sweep.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/batch-attn-sweep.txt" | grep "best"
+timeout 300 python3 bench/gpu/batch_attn_sweep.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/batch-attn-sweep.txt" | grep "best"
