@@ -68,9 +68,13 @@ def test_batch_kernel_equals_each_sequences_reference_attention(dtype, splits):
         torch.testing.assert_close(out[b : b + 1], expected, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("splits", [1, 4])  # the batch's attention in one pass, or in context slices
 @pytest.mark.parametrize("eager", [False, True])
 @pytest.mark.parametrize("batch_size", [4, 24])  # 24: padded up from the ladder's 16 to its own graph
-def test_float32_batch_equals_each_sequence_alone(eager, batch_size):
+def test_float32_batch_equals_each_sequence_alone(eager, batch_size, splits, monkeypatch):
+    from engine.kernels import batch_attention
+
+    monkeypatch.setattr(batch_attention, "context_splits", lambda: splits)
     model = on_cuda(wide_model(1), eager)
     for sampling in (SamplingParams(max_tokens=48), SAMPLED):
         results = generate_batch(model, PROMPTS, sampling, batch_size=batch_size)

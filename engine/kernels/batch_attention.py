@@ -13,13 +13,27 @@ each leave the memory system idle between their loads; bench/gpu/batch_attn_swee
 
 from __future__ import annotations
 
+import functools
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+from engine.errors import EngineError
 from engine.kernels.attention import add_block_values, key_block_scores
 
 BLOCK_N = 64  # keys per iteration
+
+
+@functools.cache
+def context_splits() -> int:
+    """Context slices per sequence in a batched decode step: SPECCHAT_BATCH_SPLITS, a power of
+    two, 1 (one pass, no merge) unless set, until the GPU measures slices faster end to end."""
+    value = os.environ.get("SPECCHAT_BATCH_SPLITS", "1")
+    if not value.isdigit() or int(value) < 1 or int(value) & (int(value) - 1):
+        raise EngineError(f"SPECCHAT_BATCH_SPLITS must be a power of two (1, 2, 4, 8), got {value!r}")
+    return int(value)
 
 
 @triton.jit

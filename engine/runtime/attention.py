@@ -146,6 +146,7 @@ def batch_attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
     """The triton backend's batched attention, the step's K/V already in the cache. [T, H, D]."""
     if ctx.batch.contexts is not None:
         return per_sequence_attention(q, k_cache, v_cache, ctx.batch, ctx.causal, scale)
-    from engine.kernels.batch_attention import batch_decode_attention  # Triton: CUDA only
+    from engine.kernels.batch_attention import batch_decode_attention, context_splits  # Triton: CUDA only
 
-    return batch_decode_attention(q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale)
+    return batch_decode_attention(q, k_cache, v_cache, ctx.page_table, ctx.start, ctx.pool.page_size, scale,
+                                  splits=context_splits())
