@@ -66,6 +66,27 @@ def test_training_forward_computes_the_serving_blocks():
         torch.testing.assert_close(trained[row], served, rtol=1e-4, atol=1e-4)
 
 
+def test_blocks_attending_a_chunk_at_a_time_compute_what_one_call_does():
+    """Chunks of blocks against the context and their own keys: the same hidden states and
+    gradients as every block in one call (a block never sees another)."""
+    target = make_target()
+    ids = torch.randint(0, 31, (2, 40), generator=torch.Generator().manual_seed(4))
+    blocks = Blocks(torch.tensor([[3, 9, 17, 25, 30], [6, 11, 12, 20, 33]]),
+                    torch.tensor([[True] * 5, [True, True, False, True, True]]))
+    results = []
+    for chunk_blocks in (5, 2):  # one call; three calls of 2, 2 and 1 blocks
+        drafter = random_drafter(target)
+        target.state_layers = drafter.state_layers
+        states = torch.stack([target_states(target, row.tolist()) for row in ids])
+        hidden = drafter_hidden(drafter, target.decoder.embed_tokens, states, ids, blocks, chunk_blocks=chunk_blocks)
+        hidden.square().sum().backward()
+        results.append((hidden.detach(), [p.grad for p in drafter.parameters()]))
+    (one, grads_one), (chunked, grads_chunked) = results
+    torch.testing.assert_close(chunked, one, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads_chunked, grads_one, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_anchors_sit_where_the_next_token_is_reply():
     loss_mask = torch.zeros(2, 30)
     loss_mask[0, 10:] = 1

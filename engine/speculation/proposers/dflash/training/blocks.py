@@ -55,15 +55,18 @@ def block_positions(blocks: Blocks, block_size: int) -> torch.Tensor:
     return (blocks.anchors[:, :, None] + offsets).flatten(1)
 
 
-def attention_mask(blocks: Blocks, context_length: int, block_size: int) -> torch.Tensor:
-    """[b, 1, N * B, S + N * B] bool, True where a block query may attend: context keys before
-    its anchor, and its own block's keys."""
-    b, n = blocks.anchors.shape
+def attention_mask(blocks: Blocks, context_length: int, block_size: int, first: int = 0,
+                   count: int | None = None) -> torch.Tensor:
+    """[b, 1, n * B, S + n * B] bool, True where a block query may attend: context keys before
+    its anchor, and its own block's keys; for the n = count blocks from `first` on (all by
+    default), whose own keys follow the context's."""
+    b, total = blocks.anchors.shape
+    n = total - first if count is None else count
     device = blocks.anchors.device
-    q_block = torch.arange(n * block_size, device=device) // block_size  # [Q]
-    anchor = blocks.anchors[:, q_block]  # [b, Q]
+    q_block = torch.arange(n * block_size, device=device) // block_size  # [Q], 0..n-1
+    anchor = blocks.anchors[:, first + q_block]  # [b, Q]
     context = torch.arange(context_length, device=device)[None, None, :] < anchor[:, :, None]
-    context = context & blocks.keep[:, q_block][:, :, None]  # a dropped block sees only itself (no NaN)
+    context = context & blocks.keep[:, first + q_block][:, :, None]  # a dropped block sees only itself (no NaN)
     own = q_block[:, None] == q_block[None, :]  # [Q, Q]
     mask = torch.cat([context, own.expand(b, -1, -1)], dim=2)
     return mask[:, None]

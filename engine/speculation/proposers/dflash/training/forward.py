@@ -103,17 +103,27 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, theta: float
     return rope(x.reshape(b * t, *x.shape[2:]), cos, sin).view_as(x)
 
 
-def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: torch.Tensor, blocks: Blocks
-                   ) -> torch.Tensor:
+CHUNK_BLOCKS = 32  # blocks whose queries attend in one call (see drafter_hidden)
+
+
+def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: torch.Tensor, blocks: Blocks,
+                   chunk_blocks: int = CHUNK_BLOCKS) -> torch.Tensor:
     """Final-normed hidden states of every block position [b, N * B, H].
     states [b, S, len(state_layers) * H], as the target keeps them (each layer once, in order);
-    ids [b, S]."""
+    ids [b, S].
+
+    The attention runs `chunk_blocks` blocks at a time, each chunk's queries against the context
+    and that chunk's own block keys: a block never sees another block, so the keys of the other
+    chunks would only be masked out, and with 256 blocks of 16 a sample one dense call would score
+    every query against 4,096 block keys (more than the context) to use 16 of them."""
     s = drafter.config.shape
     b, length = ids.shape
     cfg = drafter.config
     queries_at = block_positions(blocks, cfg.block_size)  # [b, Q]
     context_at = torch.arange(length, device=ids.device).expand(b, -1)
-    mask = attention_mask(blocks, length, cfg.block_size)
+    n = blocks.anchors.shape[1]
+    chunks = [(first, min(chunk_blocks, n - first)) for first in range(0, n, chunk_blocks)]
+    masks = [attention_mask(blocks, length, cfg.block_size, first, count) for first, count in chunks]
     if drafter.state_order != list(range(len(drafter.state_layers))):  # fc reads the config's order
         states = states.unflatten(-1, (len(drafter.state_layers), s.hidden_size))[:, :, drafter.state_order]
         states = states.flatten(2)
@@ -132,10 +142,15 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
         # K/V heads repeated for their query heads: with a mask, grouped heads would send CUDA's
         # SDPA to its slow math kernel
         group = s.num_heads // s.num_kv_heads
-        keys = torch.cat([ck, k], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)  # [b, H, S + Q, D]
-        values = torch.cat([cv, v], dim=1).transpose(1, 2).repeat_interleave(group, dim=1)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
-                                             scale=attn.scale)  # [b, H, Q, D]
+        ck, cv, k, v = (t.transpose(1, 2).repeat_interleave(group, dim=1) for t in (ck, cv, k, v))  # [b, H, ., D]
+        q = q.transpose(1, 2)  # [b, H, Q, D]
+        outs = []
+        for (first, count), mask in zip(chunks, masks, strict=True):
+            own = slice(first * cfg.block_size, (first + count) * cfg.block_size)
+            outs.append(F.scaled_dot_product_attention(
+                q[:, :, own], torch.cat([ck, k[:, :, own]], dim=2), torch.cat([cv, v[:, :, own]], dim=2),
+                attn_mask=mask, scale=attn.scale))  # [b, H, count * B, D]
+        out = torch.cat(outs, dim=2)
         x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     return drafter.norm(x)
