@@ -127,13 +127,12 @@ eval)
   timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl --json "$OUT/tau.json"
   python3 bench/gpu/dflash_curve.py ${CURVES:-$DATA/history-l*.json} --out "$OUT/dflash-training.png"
   ;;
-bench)
-  for prompt in ${PROMPTS:-edit explain}; do
-    timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompt \
-      --k ${K:-2 3 4 8 15 auto} --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
-      --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}-$prompt" 2>&1 \
-      | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
-  done
+bench)  # the prompts in one run: one load of the target and drafter, one capture of their graphs
+  prompts=${PROMPTS:-edit explain}
+  timeout 540 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" --prompts $prompts \
+    --k ${K:-2 3 4 8 15 auto} --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
+    --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}" 2>&1 \
+    | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
   ;;
 costs)
   which=$(drafter "$2"); [ "$2" = random ] && which=""  # a random two-layer drafter: the times are the same
