@@ -76,7 +76,7 @@ def speed(make, replies=24, length=256) -> float:
 
 def test_a_drafter_known_to_be_good_keeps_k_auto_near_its_best_fixed_k():
     # what a two-layer drafter's training measured over its last 50 steps (bench/RESULTS.md,
-    # eighth run: bench/results/session-8/history-l2-long.json), more hopeful than this text
+    # eighth run: bench/results/session-8/history-l2-long.json.gz), more hopeful than this text
     known = [0.67, 0.56, 0.46, 0.38, 0.33, 0.34, 0.35, 0.37, 0.33, 0.13, 0.02, 0.02, 0.02, 0.02, 0.02]
     best = max(speed(lambda s, k=k: Replayed("dflash", s, k, FLASH)) for k in (2, 3, 4, 8))
     told = speed(lambda s: Replayed("dflash", s, AUTO, FLASH, known=known))

@@ -52,7 +52,7 @@ DRAFTERS = {
 
 # What a drafter's own training measured of it (engine/speculation/proposers/dflash/files.py,
 # measured_acceptance), which k auto starts from and leans on: the eighth run's, from its last 50
-# training steps (bench/results/session-8/history-l2-long.json), the only run whose history came
+# training steps (bench/results/session-8/history-l2-long.json.gz), the only run whose history came
 # back; it is more hopeful than the drafters' serving on the explanation. --no-known: none.
 KNOWN = [0.67, 0.56, 0.46, 0.38, 0.33, 0.34, 0.35, 0.37, 0.33, 0.13, 0.02, 0.02, 0.02, 0.02, 0.02]
 
