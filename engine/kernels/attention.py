@@ -75,6 +75,8 @@ def _attend_split(
         chunk = CHUNK
     else:
         chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+        if MERGE:  # at least 4 blocks of keys a split: the merging program walks the live splits
+            chunk = tl.maximum(chunk, 4 * BLOCK_N)
     lo = split * chunk
     hi = tl.minimum(lo + chunk, length)
 
