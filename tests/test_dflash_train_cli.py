@@ -2,7 +2,9 @@
 bench's and the held-out modules kept out, a drafter written where --dflash and the chat find it,
 resumed runs, and one-line refusals."""
 
+import gzip
 import json
+import lzma
 import random
 from collections import Counter
 
@@ -117,6 +119,24 @@ def test_train_dflash_with_a_drafter_vocabulary_writes_it_says_it_and_runs_with_
     assert "drafts over the 5 tokens" in (out / "DATA.md").read_text()
     assert main(["run", "--model", str(gguf), "--device", "cpu", "--dflash", str(out), "--prompt", "hi",
                  "--max-tokens", "8"]) == 0
+
+
+@pytest.mark.parametrize("suffix,compress", [(".gz", gzip.compress), (".xz", lzma.compress)])
+def test_compressed_prompts_and_replies_train_as_the_plain_files_do(gguf, tmp_path, capsys, suffix, compress):
+    """Files kept compressed (bench/training-data keeps them as .xz) are read as they are; a
+    damaged one is refused in one line that names it."""
+    prompts, replies = write_data(tmp_path)
+    packed = []
+    for path in (prompts, replies):
+        packed.append(path.with_name(path.name + suffix))
+        packed[-1].write_bytes(compress(path.read_bytes()))
+    assert train_cli(gguf, *packed, tmp_path / "drafter", "--steps", "1") == 0
+    assert json.loads((tmp_path / "drafter" / "data-card.json").read_text())["samples"] == 4
+    capsys.readouterr()
+    packed[1].write_bytes(packed[1].read_bytes()[: len(packed[1].read_bytes()) // 2])  # cut short
+    assert train_cli(gguf, *packed, tmp_path / "again", "--steps", "1") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "cannot read" in err.splitlines()[-1] and packed[1].name in err
 
 
 def test_replies_made_by_another_model_are_refused_in_one_line(gguf, tmp_path, capsys):

@@ -9,7 +9,9 @@ says what went in and what was kept out.
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import random
 from collections import Counter
 from pathlib import Path
@@ -95,10 +97,19 @@ def write_jsonl(path: str | Path, lines: list[dict]) -> None:
         f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
 
 
+OPENERS = {".gz": gzip.open, ".xz": lzma.open}  # compressed prompt and reply files, as kept in bench/training-data
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
+    path = Path(path)
+    opener = OPENERS.get(path.suffix)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        if opener is None:
+            text = path.read_text(encoding="utf-8")
+        else:
+            with opener(path, "rt", encoding="utf-8") as f:
+                text = f.read()
+    except (OSError, UnicodeDecodeError, EOFError, lzma.LZMAError) as err:
         raise EngineError(f"cannot read {path}: {err}") from None
     lines = []
     for number, line in enumerate(text.splitlines(), 1):
