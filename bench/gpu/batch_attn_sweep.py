@@ -67,7 +67,7 @@ def main() -> None:
         q, k, v, table, positions, tokens = batch(b, context)
         kv_bytes = 2 * tokens * KVH * D * k.element_size()
         rows = []
-        for splits, block_n, warps, stages in itertools.product((1, 2, 4, 8), (32, 64, 128), (4, 8), (None, 2, 4)):
+        for splits, block_n, warps, stages in itertools.product((1, 2, 4, 8), (64, 128), (4, 8), (None, 2, 4)):
             call = functools.partial(batch_decode_attention, q, k, v, table, positions, PAGE, 0.088,
                                      block_n=block_n, warps=warps, stages=stages, splits=splits)
             try:

@@ -10,7 +10,7 @@ SHAPES="${SHAPES:-qwen2.5-0.5b qwen2.5-1.5b qwen3-4b}" \
   SETTINGS="1,1,0,0,0,0,0 1,1,0,1,0,0,0 1,1,0,0,1,0,0 1,1,0,0,0,1,0 1,1,0,0,0,0,1 0,1,0,0,0,0,0" \
   bash bench/gpu/session.sh pdl
 source bench/gpu/common.sh
-timeout 300 python3 bench/gpu/batch_attn_sweep.py 2>&1 | grep -v "Warn\|warn" | tee "$OUT/batch-attn-sweep.txt" | grep "best"
+timeout 300 python3 bench/gpu/batch_attn_sweep.py --batch 256 2>&1 | grep -v "Warn\|warn" | tee "$OUT/batch-attn-sweep.txt" | grep "best"
 if [ -f /root/stage/data/greedy.jsonl ]; then
   SHAPE=qwen2.5-1.5b BATCHES=8 bash bench/gpu/dflash.sh profile 2 | tee "$OUT/train-step-profile.txt" | head -12
 fi
