@@ -15,28 +15,14 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import statistics
 
 import torch
+from attn_sweep import time_graph  # same folder: graphs timed as the other attention sweep times them
 from triton.runtime.errors import OutOfResources
 
 from engine.kernels.batch_attention import batch_decode_attention
 
 KVH, H, D, PAGE = 2, 12, 128, 16
-
-
-def time_graph(fn, reps: int = 30) -> float:
-    fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
 def batch(b: int, context: int):

@@ -58,6 +58,28 @@ def add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D: tl.constexpr,
 
 
 @triton.jit
+def split_result(acc, m_i, l_i):
+    """A split's rows' attention over its keys and their log-sum-exps, from the online softmax's
+    accumulator, running max and sum; a row that saw no key gives lse -inf, which the merge
+    weighs 0."""
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    return out, tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+
+
+@triton.jit
+def merge_parts(part_out_ptr, part_lse_ptr, part, d, D: tl.constexpr):
+    """One row's attention [D] float32 from its splits' outputs and log-sum-exps at `part` (one
+    index a split): each weighted by exp(lse - max lse), a split that saw no key (lse -inf) by 0
+    and left unread. Some split always saw a key, so the max is finite."""
+    lse = tl.load(part_lse_ptr + part)
+    live = lse > float("-inf")
+    w = tl.where(live, tl.exp(lse - tl.max(lse, 0)), 0.0)
+    o = tl.load(part_out_ptr + (part * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
+    return tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+
+
+@triton.jit
 def _attend_split(
     q_ptr, k_cache_ptr, v_cache_ptr, page_table_ptr, start_ptr, part_out_ptr, part_lse_ptr, scale,
     out_ptr, lock_ptr, qkv_ptr, inv_freq_ptr, qw_ptr, kw_ptr, eps,
@@ -115,9 +137,7 @@ def _attend_split(
         acc = add_block_values(acc, alpha, p, v_cache_ptr, kv_off, valid, D, FP32)
         m_i = m_new
 
-    seen = l_i > 0.0
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
-    lse = tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf"))
+    out, lse = split_result(acc, m_i, l_i)
     part = (split * KVH + kvh) * ROWS + rows
     # a split past the context writes only its log-sum-exp (-inf): the merge skips it unread
     tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=(real & (rows * 0 + lo < hi))[:, None])
@@ -212,13 +232,7 @@ def _merge_splits(
     wait_for_previous(GDC)
     splits = tl.arange(0, SPLITS)
     d = tl.arange(0, D)
-    part = (splits * KVH + kvh) * ROWS + row
-    lse = tl.load(part_lse_ptr + part)
-    live = lse > float("-inf")
-    top = tl.max(lse, 0)
-    w = tl.where(live, tl.exp(lse - top), 0.0)
-    o = tl.load(part_out_ptr + (part * D)[:, None] + d[None, :], mask=live[:, None], other=0.0)
-    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    merged = merge_parts(part_out_ptr, part_lse_ptr, (splits * KVH + kvh) * ROWS + row, d, D)
     token = row // G
     head = kvh * G + row % G
     tl.store(out_ptr + (token * (KVH * G) + head) * D + d, merged.to(out_ptr.dtype.element_ty))

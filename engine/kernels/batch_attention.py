@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from engine.errors import EngineError
-from engine.kernels.attention import add_block_values, key_block_scores
+from engine.kernels.attention import add_block_values, key_block_scores, merge_parts, split_result
 
 BLOCK_N = 64  # keys per iteration
 
@@ -79,27 +79,20 @@ def _batch_decode(
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_off, out.to(out_ptr.dtype.element_ty), mask=real[:, None])
     else:  # this slice's output and log-sum-exp (-inf for an empty slice), for the merge
-        seen = l_i > 0.0
+        out, lse = split_result(acc, m_i, l_i)
         part = (split * tl.num_programs(0) + seq) * (KVH * G) + head
-        tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], acc / tl.where(seen, l_i, 1.0)[:, None],
-                 mask=real[:, None])
-        tl.store(part_lse_ptr + part, tl.where(seen, m_i + tl.log(tl.where(seen, l_i, 1.0)), float("-inf")),
-                 mask=real)
+        tl.store(part_out_ptr + (part * D)[:, None] + d[None, :], out, mask=real[:, None])
+        tl.store(part_lse_ptr + part, lse, mask=real)
 
 
 @triton.jit
 def _batch_merge(part_out_ptr, part_lse_ptr, out_ptr, H: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
-    """One (sequence, query head)'s attention from its context slices: their outputs weighted by
-    exp(lse - max lse). The first slice always holds keys, so the max is finite."""
+    """One (sequence, query head)'s attention from its context slices (the first always holds keys)."""
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
-    splits = tl.arange(0, SPLITS)
     d = tl.arange(0, D)
-    part = (splits * tl.num_programs(0) + seq) * H + head
-    lse = tl.load(part_lse_ptr + part)
-    w = tl.exp(lse - tl.max(lse, 0))  # 0 for an empty slice
-    o = tl.load(part_out_ptr + (part * D)[:, None] + d[None, :], mask=(lse > float("-inf"))[:, None], other=0.0)
-    merged = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    merged = merge_parts(part_out_ptr, part_lse_ptr, (tl.arange(0, SPLITS) * tl.num_programs(0) + seq) * H + head,
+                         d, D)
     tl.store(out_ptr + (seq * H + head) * D + d, merged.to(out_ptr.dtype.element_ty))
 
 
