@@ -2,7 +2,8 @@
 
 Every prompt is checked before the first reply is written (a malformed line, a prompt over
 the context: one line naming it). Replies are appended as they finish; a rerun with the same
-files skips the prompts already answered. Prompt i samples with seed --seed + its line number,
+files skips the prompts already answered. The last line says where the time went (prefill,
+decode steps, the host between them), an interrupted run's as well. Prompt i samples with seed --seed + its line number,
 so a resumed run writes what one uninterrupted run would.
 """
 
@@ -15,6 +16,7 @@ from rich.progress import ProgressColumn, TimeRemainingColumn
 from rich.text import Text
 
 from engine import EngineError, generate_batch
+from engine.batching.times import BatchTimes
 from specchat.jsonl import append_reply, read_prompts, written_ids
 from specchat.options import load_target, sampling_from
 from specchat.progress import counted_bar, message_progress
@@ -51,8 +53,14 @@ def generate(args) -> int:
             append_reply(out, prompt, text, finished.tokens, finished.reason)
             bar.update(task, advance=1, tokens=bar.tasks[task].fields["tokens"] + len(finished.tokens))
 
-        generate_batch(model, ids, sampling, stop, batch_size=args.batch_size, seeds=seeds, on_finish=write)
-    print(f"specchat: {len(pending)} replies appended to {args.out}", file=sys.stderr)
+        times = BatchTimes()
+        try:
+            generate_batch(model, ids, sampling, stop, batch_size=args.batch_size, seeds=seeds, on_finish=write,
+                           times=times)
+        finally:  # an interrupted run says what it wrote and where its time went too (a rerun resumes)
+            bar.stop()
+            print(f"specchat: {bar.tasks[task].completed:.0f} of {len(pending)} replies appended to {args.out}; "
+                  f"{times.summary()}", file=sys.stderr)
     return 0
 
 

@@ -7,6 +7,7 @@ import torch
 
 from engine import BatchDecoder, EngineError, SamplingParams, generate, generate_batch, random_model
 from engine.batching.decode import RUN_STEPS
+from engine.batching.times import BatchTimes
 from tests.conftest import tiny_config, tiny_model
 
 # Lengths from 1 to 23 tokens, so the sequences of a batch sit at different positions and cross
@@ -63,8 +64,15 @@ def test_stop_ids_end_some_sequences_early_and_the_rest_run_on():
     # the stop id: a token the first reply samples, so at least that one ends early
     free = generate_batch(model, PROMPTS, sampling, batch_size=4)
     stop = [free[0].tokens[5]]
-    results = generate_batch(model, PROMPTS, sampling, stop_ids=stop, batch_size=4)
+    times = BatchTimes()
+    results = generate_batch(model, PROMPTS, sampling, stop_ids=stop, batch_size=4, times=times)
     reasons = {r.reason for r in results}
+    # the time accounting counts what ran: every prompt token prefilled once, every reply kept,
+    # and the steps past a stop inside a run sampled but dropped
+    assert times.prompt_tokens == sum(map(len, PROMPTS)) and times.finished == len(PROMPTS)
+    assert times.kept == sum(len(r.tokens) for r in results)
+    assert times.row_steps > times.kept - len(PROMPTS)
+    assert "prefill" in times.summary() and "decode" in times.summary()
     assert reasons == {"stop", "length"}
     for i, (prompt, result) in enumerate(zip(PROMPTS, results)):
         expected = alone(model, prompt, replace(sampling, seed=sampling.seed + i), stop)

@@ -48,6 +48,7 @@ def test_generate_writes_every_reply_and_a_torn_run_resumes_to_the_same_replies(
     done = specchat_generate(gguf, prompts, whole)
     assert done.returncode == 0, done.stderr
     assert "5/5" in done.stderr
+    assert "5 of 5 replies appended" in done.stderr and "prefill" in done.stderr and "decode" in done.stderr
     expected = replies(whole)
     assert sorted(expected, key=str) == sorted([1, "conversation", 3, 4, 5], key=str)
     for reply in expected.values():

@@ -14,7 +14,8 @@
 #                          replies where made) as SET-prompts.jsonl, SET-greedy.jsonl ... with ids renamed
 #                          SET-N; and earlier runs' history-*.json (their curves join eval's chart)
 #   data SECONDS           the target's greedy, then sampled, replies (T 0.7, top-p 0.8, top-k 20),
-#                          each for at most SECONDS; kept in /root/stage/data, gzipped copies to $OUT
+#                          each for at most SECONDS (BATCH: sequences at once, default 256), and where
+#                          each run's time went; kept in /root/stage/data, gzipped copies to $OUT
 #                          (keep them in bench/dflash-data: a later machine takes them from there);
 #                          SET=more: that staged set's prompts (its copies come back as more-*.jsonl.gz:
 #                          keep them as bench/dflash-data/more/greedy.jsonl.gz ...)
@@ -81,13 +82,15 @@ data)
   seconds=${2:-200}; set=${SET:+$SET-}
   [ -f $DATA/prompts.jsonl ] || bash "$0" stage > /dev/null
   SECONDS=0
-  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
-    --out $DATA/${set}greedy.jsonl --batch-size 256 --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
+  # SIGINT at the time limit: the run writes its last line (where the time went) before it stops
+  timeout -s INT -k 30 "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
+    --out $DATA/${set}greedy.jsonl --batch-size ${BATCH:-256} --max-tokens 768 --temperature 0 2>&1 | tr '\r' '\n' \
+    | grep "appended" | tee -a "$OUT/${set}data-times.txt"
   echo "greedy: $(wc -l < $DATA/${set}greedy.jsonl) replies in $SECONDS s"
   SECONDS=0
-  timeout "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
-    --out $DATA/${set}sampled.jsonl --batch-size 256 --max-tokens 768 --temperature 0.7 --top-p 0.8 --top-k 20 \
-    --seed 1 2>&1 | tr '\r' '\n' | grep -v "^ *$" | tail -1
+  timeout -s INT -k 30 "$seconds" python3 -m specchat generate --model $name --prompts $DATA/${set}prompts.jsonl \
+    --out $DATA/${set}sampled.jsonl --batch-size ${BATCH:-256} --max-tokens 768 --temperature 0.7 --top-p 0.8 --top-k 20 \
+    --seed 1 2>&1 | tr '\r' '\n' | grep "appended" | tee -a "$OUT/${set}data-times.txt"
   echo "sampled: $(wc -l < $DATA/${set}sampled.jsonl) replies in $SECONDS s"
   for f in greedy sampled; do gzip -c $DATA/${set}$f.jsonl > "$OUT/${set}$f.jsonl.gz"; done
   ;;

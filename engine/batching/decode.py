@@ -28,6 +28,7 @@ import torch
 from engine.batching.graphs import BatchGraphs
 from engine.batching.rows import Finished, Rows
 from engine.batching.steps import EagerRuns
+from engine.batching.times import BatchTimes
 from engine.errors import EngineError
 from engine.runtime.kv_cache import PagePool, SeqCache
 from engine.runtime.sampling import SamplingParams, sample
@@ -74,8 +75,11 @@ class BatchDecoder:
         stop_ids: Sequence[int] = (),
         seeds: Sequence[int] | None = None,
         on_finish: Callable[[Finished], None] | None = None,
+        times: BatchTimes | None = None,
     ) -> list[Finished]:
-        """Every prompt's reply, in the prompts' order; `on_finish` hears each as it ends."""
+        """Every prompt's reply, in the prompts' order; `on_finish` hears each as it ends;
+        `times` (if given) adds up where the time went."""
+        self.times = times if times is not None else BatchTimes()
         seeds = list(seeds) if seeds is not None else [sampling.seed + i for i in range(len(prompts))]
         if len(seeds) != len(prompts):
             raise EngineError(f"{len(seeds)} seeds for {len(prompts)} prompts")
@@ -123,14 +127,15 @@ class BatchDecoder:
         caches = [SeqCache(self.pool) for _ in chunk]
         for cache, n in zip(caches, counts):
             cache.append(n)
-        ids = torch.tensor([t for i in chunk for t in prompts[i]], dtype=torch.long, device=device)
-        positions = torch.cat([torch.arange(n) for n in counts]).to(device)
-        hidden = model.decoder(ids, positions, self._prefill_context(caches, counts))
-        last = torch.tensor(counts, device=device).cumsum(0) - 1
-        logits = model.decoder.logits(hidden[last])
-        # the token after the prompt's last position p is drawn with the noise of p + 1
-        firsts = sample(logits, torch.tensor(counts, device=device), sampling,
-                        seeds=torch.tensor([seeds[i] for i in chunk], device=device)).tolist()
+        with self.times.prefill(sum(counts)):
+            ids = torch.tensor([t for i in chunk for t in prompts[i]], dtype=torch.long, device=device)
+            positions = torch.cat([torch.arange(n) for n in counts]).to(device)
+            hidden = model.decoder(ids, positions, self._prefill_context(caches, counts))
+            last = torch.tensor(counts, device=device).cumsum(0) - 1
+            logits = model.decoder.logits(hidden[last])
+            # the token after the prompt's last position p is drawn with the noise of p + 1
+            firsts = sample(logits, torch.tensor(counts, device=device), sampling,
+                            seeds=torch.tensor([seeds[i] for i in chunk], device=device)).tolist()
         for i, cache, n, first in zip(chunk, caches, counts, firsts, strict=True):
             # a sequence ends by length at its budget, or when its latest token has no position left
             limit = min(sampling.max_tokens, model.max_context + 1 - n)
@@ -158,12 +163,16 @@ class BatchDecoder:
     def _decode(self, rows: Rows, n: int, sampling) -> None:
         """A run of n steps: every row's latest token, at its position, samples the next, n times."""
         ids, positions, seeds, table = rows.start_run(n)
-        rows.take(self.runs.run(ids, positions, seeds, table, n, sampling))
+        with self.times.decode(rows.count, n):
+            tokens = self.runs.run(ids, positions, seeds, table, n, sampling)
+        rows.take(tokens)
 
     def _retire(self, rows: Rows, done: dict, on_finish) -> None:
         """Sequences that ended give their pages back; the rest keep running."""
         for finished in rows.retire():
             done[finished.index] = finished
+            self.times.kept += len(finished.tokens)
+            self.times.finished += 1
             if on_finish is not None:
                 on_finish(finished)
 
@@ -177,9 +186,11 @@ def generate_batch(
     batch_size: int = 64,
     seeds: Sequence[int] | None = None,
     on_finish: Callable[[Finished], None] | None = None,
+    times: BatchTimes | None = None,
 ) -> list[Finished]:
     """Every prompt's reply (token ids, why it ended), in order. max_tokens overrides the
-    sampling's; seeds give each prompt its own (default: sampling.seed + the prompt's index)."""
+    sampling's; seeds give each prompt its own (default: sampling.seed + the prompt's index);
+    `times` adds up where the time went (prefill, decode runs, the host between them)."""
     sampling = sampling or SamplingParams()
     if max_tokens is not None:
         sampling = replace(sampling, max_tokens=max_tokens)
@@ -188,4 +199,4 @@ def generate_batch(
     longest = max(len(p) for p in prompts)
     max_length = min(longest + sampling.max_tokens, model.max_context)
     decoder = BatchDecoder(model, min(batch_size, len(prompts)), max_length)
-    return decoder.run(prompts, sampling, stop_ids, seeds, on_finish)
+    return decoder.run(prompts, sampling, stop_ids, seeds, on_finish, times)
