@@ -127,15 +127,16 @@ def padded_prompt_attention(
     scale: float,
 ) -> torch.Tensor:
     """`per_sequence_attention` of a fresh prefill in one fused call: each prompt a row of the
-    longest one's length, its padding masked out as keys and dropped as queries. [T, H, D]."""
+    longest one's length, causal (so a real query never reaches its padding), the padding's
+    queries dropped. [T, H, D]."""
     h = q.shape[1]
     keys, values = k_cache[padded.slots], v_cache[padded.slots]  # [B, L, KVH, D]
     grouped = q.device.type == "cpu"
-    if not grouped:  # as in fused_attention: CUDA's fused kernels take grouped heads only without a mask
+    if not grouped:  # as in fused_attention: copy K/V per head for CUDA's fused kernels
         group = h // keys.shape[2]
         keys, values = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q[padded.gather].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=padded.mask,
+        q[padded.gather].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=True,
         scale=scale, enable_gqa=grouped,
     )  # [B, H, L, D]
     return out.transpose(1, 2).reshape(-1, h, q.shape[2])[padded.scatter]
