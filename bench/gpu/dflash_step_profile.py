@@ -76,6 +76,8 @@ def main() -> None:
     p.add_argument("--anchors", type=int, default=256)
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--draft-vocab", type=int, default=32768,
+                   help="the drafter's vocabulary, as train-dflash's default (0: the target's whole vocabulary)")
     p.add_argument("--trace", type=int, default=0, metavar="N",
                    help="after the timed steps, profile two more and print the N kernels of most device time")
     p.add_argument("--random", action="store_true",
@@ -91,7 +93,7 @@ def main() -> None:
         target = load_model(args.model, max_context=args.max_length + 16)
         samples = read_samples(target, args.prompts, args.replies)[:count]
     settings = TrainSettings(num_layers=args.layers, batch_size=args.batch_size, anchors=args.anchors,
-                             max_length=args.max_length, steps=10**6)
+                             max_length=args.max_length, steps=10**6, draft_vocab=args.draft_vocab)
     trainer = Trainer(target, samples, settings, "/tmp/dflash-profile")
     target.state_layers = trainer.drafter.state_layers
     autocast = torch.autocast("cuda", torch.bfloat16) if trainer.autocast else torch.autocast("cpu", enabled=False)
@@ -108,7 +110,8 @@ def main() -> None:
         blocks.anchors, blocks.keep = blocks.anchors.to(trainer.device), blocks.keep.to(trainer.device)
         clock.mark("anchors")
         with autocast:
-            loss, _ = block_loss(trainer.drafter, target, states, ids, mask, blocks, settings.gamma)
+            loss, _ = block_loss(trainer.drafter, target, states, ids, mask, blocks, settings.gamma,
+                                 vocab=trainer.vocab)
         clock.mark("drafter + lm_head + loss")
         trainer.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -120,7 +123,8 @@ def main() -> None:
             rows.append(clock.parts() | {"tokens": int(mask.numel())})
     names = [n for n in rows[0] if n != "tokens"]
     total = statistics.median(sum(r[n] for n in names) for r in rows)
-    print(f"\n{args.model}, {args.layers} drafter layers, batch {args.batch_size} x {args.anchors} anchors, "
+    vocab = f"{args.draft_vocab:,}-token" if args.draft_vocab else "whole"
+    print(f"\n{args.model}, {args.layers} drafter layers, {vocab} vocabulary, batch {args.batch_size} x {args.anchors} anchors, "
           f"median of {len(rows)} steps: {total:.1f} ms a step, {1e3 * args.batch_size / total:.1f} samples/s")
     for n in names:
         ms = statistics.median(r[n] for r in rows)
