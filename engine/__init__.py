@@ -25,6 +25,7 @@ _TRAINING = "engine.speculation.proposers.dflash.training"
 # exported name -> (module, its name there)
 _ROOMS = {
     "BatchDecoder": ("engine.batching.decode", "BatchDecoder"),
+    "BatchTimes": ("engine.batching.times", "BatchTimes"),
     "Finished": ("engine.batching.decode", "Finished"),
     "generate_batch": ("engine.batching.decode", "generate_batch"),
     "EngineError": ("engine.errors", "EngineError"),

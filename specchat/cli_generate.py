@@ -15,8 +15,7 @@ import time
 from rich.progress import ProgressColumn, TimeRemainingColumn
 from rich.text import Text
 
-from engine import EngineError, generate_batch
-from engine.batching.times import BatchTimes
+from engine import BatchTimes, EngineError, generate_batch
 from specchat.jsonl import append_reply, read_prompts, written_ids
 from specchat.options import load_target, sampling_from
 from specchat.progress import counted_bar, message_progress

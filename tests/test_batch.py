@@ -5,9 +5,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from engine import BatchDecoder, EngineError, SamplingParams, generate, generate_batch, random_model
+from engine import (
+    BatchDecoder,
+    BatchTimes,
+    EngineError,
+    SamplingParams,
+    generate,
+    generate_batch,
+    random_model,
+)
 from engine.batching.decode import RUN_STEPS
-from engine.batching.times import BatchTimes
 from tests.conftest import tiny_config, tiny_model
 
 # Lengths from 1 to 23 tokens, so the sequences of a batch sit at different positions and cross

@@ -14,8 +14,7 @@ import argparse
 
 import torch
 
-from engine import SamplingParams, generate_batch, random_model
-from engine.batching.times import BatchTimes
+from engine import BatchTimes, SamplingParams, generate_batch, random_model
 from engine.network.config import preset
 from engine.runtime import attention
 from engine.runtime.attention import padded_prompt_attention
