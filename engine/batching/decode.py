@@ -171,8 +171,7 @@ class BatchDecoder:
         """Sequences that ended give their pages back; the rest keep running."""
         for finished in rows.retire():
             done[finished.index] = finished
-            self.times.kept += len(finished.tokens)
-            self.times.finished += 1
+            self.times.ended(len(finished.tokens))
             if on_finish is not None:
                 on_finish(finished)
 

@@ -42,6 +42,11 @@ class BatchTimes:
         self.steps += steps
         self.row_steps += rows * steps
 
+    def ended(self, tokens: int) -> None:
+        """A sequence ended with `tokens` new tokens kept."""
+        self.kept += tokens
+        self.finished += 1
+
     def summary(self) -> str:
         total = time.perf_counter() - self.started
         other = total - self.prefill_s - self.decode_s
