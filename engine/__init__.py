@@ -29,7 +29,6 @@ _ROOMS = {
     "Finished": ("engine.batching.decode", "Finished"),
     "generate_batch": ("engine.batching.decode", "generate_batch"),
     "EngineError": ("engine.errors", "EngineError"),
-    "quantize_int8": ("engine.runtime.quantized", "quantize_int8"),
     "AUTO": ("engine.limits", "AUTO"),
     "MAX_K": ("engine.limits", "MAX_K"),
     "MAX_STEP": ("engine.limits", "MAX_STEP"),

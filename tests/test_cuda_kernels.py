@@ -487,34 +487,3 @@ def test_the_fused_training_loss_matches_the_torch_path_on_the_cpu(device):
     (t_cpu, h_cpu, g_cpu), (t_gpu, h_gpu, g_gpu) = out["cpu"], out[device]
     assert rel_err(t_gpu, t_cpu) < 1e-5 and torch.equal(h_gpu, h_cpu)
     assert rel_err(g_gpu, g_cpu) < 1e-4
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("n", "k"), [(896, 896), (1152, 896), (151936, 896)])
-def test_int8_weights_in_the_one_row_products_match_their_dequantised_rows(dtype, n, k, device):
-    """A weight with an int8 copy (runtime/quantized.py): one row's product, plain, with the norm
-    folded in and with SiLU in the epilogue, is the product with int8 * scale, not the bf16 rows;
-    several rows still read the bf16 weight."""
-    from engine.kernels import gemv
-    from engine.runtime.quantized import int8_rows
-
-    x = torch.randn(1, k, dtype=dtype, device=device)
-    weight = (torch.randn(n, k, device=device) * 0.05).to(dtype)
-    q, scale = int8_rows(weight)
-    weight.int8 = (q, scale)
-    dequantised = (q.float() * scale[:, None]).to(dtype)
-    out = gemv.linear(x, weight)
-    assert rel_err(out, x.float() @ dequantised.float().T) < TOL[dtype]
-    assert rel_err(out, x.float() @ weight.float().T) > 1e-4  # the int8 rows were read
-    if n <= 4096:
-        norm = torch.rand(k, dtype=dtype, device=device) + 0.5
-        residual = torch.randn(1, k, dtype=dtype, device=device)
-        folded, _ = gemv.norm_linear(x, residual.clone(), norm, 1e-6, weight)
-        h = (x + residual).float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.float()
-        assert rel_err(folded, h @ dequantised.float().T) < TOL[dtype]
-        gate_up = gemv.linear_silu(x, weight)
-        y = x.float() @ dequantised.float().T
-        assert rel_err(gate_up, torch.nn.functional.silu(y[:, : n // 2]) * y[:, n // 2 :]) < TOL[dtype]
-    rows = torch.randn(4, k, dtype=dtype, device=device)
-    assert rel_err(gemv.linear(rows, weight), rows.float() @ weight.float().T) < TOL[dtype]

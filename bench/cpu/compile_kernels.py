@@ -42,14 +42,12 @@ for defer, split in ((True, 3), (False, 2)):
     c = {"HAS_BIAS": False, "BLOCK_N": 64, "BLOCK_K": 128, "EVEN_K": False, "IEEE": False, "SPLIT": split, "SWAP": True, "DEFER": defer, "GDC": True, "SILU": False}
     print("gemm16 split", split, "defer", defer, build(gemv._gemm16, g16, c))
 gv = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "out_ptr": bf, "N": i32, "K": i32, "eps": f32, "lock_ptr": "*i32"}
-gv["sc_ptr"] = bf
-for prologue, silu, gdc, bias, int8 in itertools.product((0, 1), (False, True), (False, True), (False, True), (False, True)):
+for prologue, silu, gdc, bias in itertools.product((0, 1), (False, True), (False, True), (False, True)):
     if prologue and silu: continue
-    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu, "ADD_NORM": False, "BLOCK_ROW": 1, "HAS_SCALE": int8}
-    sig = dict(gv, w_ptr="*i8", sc_ptr="*fp32") if int8 else gv  # int8 weights, a float32 scale per row
-    print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias, "int8": int8}, build(gemv._gemv, sig, c))
+    c = {"PROLOGUE": prologue, "HAS_RES": True, "HAS_BIAS": bias, "TAP": prologue == 1, "BLOCK_N": 2, "BLOCK_K": 1024, "EVEN_K": False, "GDC": gdc, "SILU": silu, "ADD_NORM": False, "BLOCK_ROW": 1}
+    print("gemv", {"prologue": prologue, "silu": silu, "gdc": gdc, "bias": bias}, build(gemv._gemv, gv, c))
 for gdc, bias, tap in itertools.product((False, True), repeat=3):  # o_proj or down_proj with the next norm after it
-    c = {"PROLOGUE": 0, "HAS_RES": False, "HAS_BIAS": bias, "TAP": tap, "BLOCK_N": 8, "BLOCK_K": 512, "EVEN_K": True, "GDC": gdc, "SILU": False, "ADD_NORM": True, "BLOCK_ROW": 2048, "HAS_SCALE": False}
+    c = {"PROLOGUE": 0, "HAS_RES": False, "HAS_BIAS": bias, "TAP": tap, "BLOCK_N": 8, "BLOCK_K": 512, "EVEN_K": True, "GDC": gdc, "SILU": False, "ADD_NORM": True, "BLOCK_ROW": 2048}
     print("gemv add_norm", {"gdc": gdc, "bias": bias, "tap": tap}, build(gemv._gemv, gv, c))
 gr = {"x_ptr": bf, "r_ptr": bf, "nw_ptr": bf, "s_ptr": bf, "t_ptr": bf, "w_ptr": bf, "b_ptr": bf, "q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "pos_ptr": "*i64", "inv_freq_ptr": "*fp32", "K": i32, "eps": f32}
 for prologue, gdc in itertools.product((0, 1), (False, True)):

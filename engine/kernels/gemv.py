@@ -53,15 +53,12 @@ PLAIN, NORM = 0, 1  # what the input load computes
 def _gemv(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr, b_ptr, out_ptr, N, K, eps,
           PROLOGUE: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, TAP: tl.constexpr,
           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, GDC: tl.constexpr,
-          SILU: tl.constexpr, lock_ptr, ADD_NORM: tl.constexpr, BLOCK_ROW: tl.constexpr,
-          sc_ptr, HAS_SCALE: tl.constexpr):
+          SILU: tl.constexpr, lock_ptr, ADD_NORM: tl.constexpr, BLOCK_ROW: tl.constexpr):
     pid = tl.program_id(0)
     rows, w_index = _weight_rows(pid, N, BLOCK_N, SILU)
     live = rows < N
     y = _row_sums(x_ptr, r_ptr, nw_ptr, s_ptr, t_ptr, w_ptr + w_index[:, None].to(tl.int64) * K, live, pid, K, eps,
                   PROLOGUE, HAS_RES, TAP, BLOCK_N, BLOCK_K, EVEN_K, GDC)
-    if HAS_SCALE:  # int8 weights (quantized.py): each weight row's sums times its scale
-        y *= tl.load(sc_ptr + w_index, mask=live, other=0.0)
     if SILU:  # y holds (gate, up) pairs: SiLU(gate) * up, one per output row
         y = _silu_times_up(tl.reshape(y, (BLOCK_N // 2, 2)), out_ptr.dtype.element_ty)
         rows = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -403,18 +400,15 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
     b = bias if bias is not None else weight
     if invariant:
         config = config or invariant_config(n, k, x.dtype)
-    quantized = int8_of(weight) if t == 1 and not invariant else None
-    if t == 1 and not invariant and (config is not None or prologue != PLAIN or quantized is not None
+    if t == 1 and not invariant and (config is not None or prologue != PLAIN
                                      or not one_row_on_matrix_units(n, k, x.dtype)):
         block_n, block_k, warps, stages = config or gemv_config(n, k, prologue)
-        w, scale = quantized if quantized is not None else (weight, weight)
         _gemv[(triton.cdiv(n, block_n),)](
             x, residual if residual is not None else x, norm_weight if norm_weight is not None else weight,
-            stream if stream is not None else x, tap if tap is not None else x, w, b, out, width, k, eps,
+            stream if stream is not None else x, tap if tap is not None else x, weight, b, out, width, k, eps,
             PROLOGUE=prologue, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
             TAP=tap is not None, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=silu,
-            lock_ptr=x, ADD_NORM=False, BLOCK_ROW=1, sc_ptr=scale, HAS_SCALE=quantized is not None,
-            num_warps=warps, num_stages=stages, **launch_options(x.device, t),
+            lock_ptr=x, ADD_NORM=False, BLOCK_ROW=1, num_warps=warps, num_stages=stages, **launch_options(x.device, t),
         )
     else:
         assert prologue == PLAIN
@@ -439,11 +433,6 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
     return out
 
 
-def int8_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The int8 copy of a weight and its scales, where engine/runtime/quantized.py made one."""
-    return getattr(weight, "int8", None)
-
-
 def split_k(k: int, block_k: int, split: int) -> tuple[int, int]:
     """(K per split, splits): whole iterations per split, so the last may be shorter."""
     k_split = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
@@ -456,7 +445,7 @@ def _fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
     if not x.is_cuda or t > MAX_STEP:
         return False
     if t == 1:  # a vocabulary-wide product over a short row: cuBLAS measured faster (0.5B's lm_head)
-        return not (n >= 16384 and k < 1024) or int8_of(weight) is not None  # int8: half the bytes to read
+        return not (n >= 16384 and k < 1024)
     return gemm16_config(n, k, x.dtype) is not None
 
 
@@ -553,8 +542,8 @@ def linear_add_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         x, residual, norm_weight, x, tap if tap is not None else x, weight, bias if bias is not None else weight,
         out, n, k, eps, PROLOGUE=PLAIN, HAS_RES=False, HAS_BIAS=bias is not None, TAP=tap is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=k % block_k == 0, SILU=False, lock_ptr=split_locks(x.device),
-        ADD_NORM=True, BLOCK_ROW=triton.next_power_of_2(n), sc_ptr=weight, HAS_SCALE=False, num_warps=warps,
-        num_stages=stages, **launch_options(x.device, 1),
+        ADD_NORM=True, BLOCK_ROW=triton.next_power_of_2(n), num_warps=warps, num_stages=stages,
+        **launch_options(x.device, 1),
     )
     return out, residual
 

@@ -93,9 +93,6 @@ def add_steps_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the figures here")
     p.add_argument("--batch-invariant", action="store_true",
                    help="time the steps that compute every row alike whatever the step's length")
-    p.add_argument("--int8", action="store_true",
-                   help="one-token steps read int8 copies of the weights, as a draft model does with "
-                        "SPECCHAT_DRAFT_INT8=1 (x floor stays against the bf16 weights' bytes)")
 
 
 def parse_pace(text: str) -> tuple[int, float]:

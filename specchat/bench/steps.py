@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from engine import EngineError, launch_label, load_model, preset, profile_steps, quantize_int8, random_model
+from engine import EngineError, launch_label, load_model, preset, profile_steps, random_model
 
 
 def bench_steps(args) -> int:
@@ -22,9 +22,6 @@ def bench_steps(args) -> int:
         model = load_model(args.model, device="cuda", dtype="bfloat16", max_context=room,
                            batch_invariant=args.batch_invariant)
         name = f"{model.name} (bf16)"
-    if args.int8:
-        quantize_int8(model)
-        name += ", int8 weights in one-token steps"
     if args.batch_invariant:
         name += ", batch-invariant steps"
     name += launch_label(torch.device("cuda"))

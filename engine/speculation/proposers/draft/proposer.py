@@ -7,7 +7,6 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
 from engine.loading.loader import load_model
-from engine.runtime.quantized import draft_int8, quantize_int8
 from engine.runtime.sampling import DRAFT, GREEDY, SamplingParams, probabilities
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.spec import ProposerOptions
@@ -143,8 +142,6 @@ def load_draft(target, options: ProposerOptions):
                        max_context=target.max_context, progress=options.progress, eager=options.eager)
     check_same_vocabulary(target, draft)
     draft.sample_drafts = options.sample_drafts
-    if draft_int8() and draft.device.type == "cuda":  # before its graphs are captured
-        quantize_int8(draft)
     return draft
 
 
