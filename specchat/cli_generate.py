@@ -2,9 +2,9 @@
 
 Every prompt is checked before the first reply is written (a malformed line, a prompt over
 the context: one line naming it). Replies are appended as they finish; a rerun with the same
-files skips the prompts already answered. The last line says where the time went (prefill,
-decode steps, the host between them), an interrupted run's as well. Prompt i samples with seed --seed + its line number,
-so a resumed run writes what one uninterrupted run would.
+files skips the prompts already answered. Prompt i samples with seed --seed + its line number,
+so a resumed run writes what one uninterrupted run would. The last line says where the time
+went (prefill, decode steps, the host between them), an interrupted run's as well.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ class BatchTimes:
     prompt_tokens: int = 0
     prefills: int = 0  # prefill forwards (admitted prompts are packed a few thousand tokens each)
     decode_s: float = 0.0
-    runs: int = 0
     steps: int = 0
     row_steps: int = 0  # rows x steps: the tokens the decode steps sampled, kept or not
     kept: int = 0  # new tokens kept (those past a sequence's end inside a run are dropped)
@@ -38,7 +37,6 @@ class BatchTimes:
         t0 = time.perf_counter()
         yield
         self.decode_s += time.perf_counter() - t0
-        self.runs += 1
         self.steps += steps
         self.row_steps += rows * steps
 

@@ -21,7 +21,7 @@ class PaddedPrompts:
     ones, the prefill of 830-token prompts running at a tenth of its speed)."""
 
     slots: torch.Tensor  # [B, longest] the K/V slot of each padded place (padding: the first token's)
-    gather: torch.Tensor  # [B, longest] the packed token at each padded place (padding: token 0)
+    gather: torch.Tensor  # [B, longest] the packed token at each padded place (padding: the prompt's first)
     scatter: torch.Tensor  # [T] the padded place (b * longest + i) of each packed token
 
     @classmethod
