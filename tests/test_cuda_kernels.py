@@ -113,7 +113,7 @@ def test_the_last_split_merges_inside_a_graph_replayed_at_new_lengths(device, mo
 @pytest.mark.parametrize("qk_norm", [False, True])
 @pytest.mark.parametrize("length", [1, 300, 1500])
 @pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64), (32, 8, 128)])
-def test_rope_inside_the_attention_kernel_is_bit_for_bit_the_two_kernels(merge, qk_norm, length, heads, device,
+def test_rope_inside_the_attention_kernel_matches_the_two_kernels(merge, qk_norm, length, heads, device,
                                                                          monkeypatch):
     from engine.kernels import attention, overlap
     from engine.kernels.ops import qk_rope_store
@@ -133,7 +133,9 @@ def test_rope_inside_the_attention_kernel_is_bit_for_bit_the_two_kernels(merge, 
     out = attention.rope_store_attend(qkv, inv_freq, q_norm, k_norm, 1e-6, k_cache, v_cache, pages, start, PAGE,
                                       h, d**-0.5)
     assert torch.equal(k_cache, k_two) and torch.equal(v_cache, v_two)  # the token's key and value, and no other
-    assert torch.equal(out, expected)
+    # the query is rotated in registers and scored from there, not read back rounded to bf16 as the
+    # two kernels do: within rounding, not bit for bit (7 of 36 cases differed on the H200)
+    assert rel_err(out, expected) < TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
