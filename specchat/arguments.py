@@ -105,7 +105,8 @@ def add_train_arguments(p) -> None:
     p.add_argument("--replies", required=True, nargs="+", help="the target's replies (specchat generate), "
                                                                 "e.g. a greedy and a sampled file")
     p.add_argument("--layers", type=int, default=2,
-                   help="drafter layers (default 2: on the H200 it led 5 layers at equal training time, and each pass costs less)")
+                   help="drafter layers (default 2: on the H200 four learnt more in equal training time, but their "
+                        "pass costs more and two gave the better bench rows)")
     p.add_argument("--minutes", type=float, default=None, help="time budget of the training (resumes included)")
     p.add_argument("--stop-after", type=float, default=None, metavar="MINUTES",
                    help="end this call after MINUTES (checkpointed; --resume continues the same schedule)")
