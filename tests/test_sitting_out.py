@@ -4,7 +4,9 @@ The plain steps the policy asks for run as chained target runs, one host read a 
 attached or not; nothing runs for the proposer until it drafts again. A DFlash drafter then takes
 in the target states it missed with its next pass (not op by op after every plain step), and
 says how far behind it is, so the policy prices that catch-up and learns it as catching up, not
-as the cost of drafting. The output stays plain decoding's, greedy and sampled.
+as the cost of drafting. One that sits out long lets the target stop keeping its states (they
+cost every step); those it then missed are computed again from the cache before it drafts, and
+draft what kept ones would have. The output stays plain decoding's, greedy and sampled.
 """
 
 import pytest
@@ -38,6 +40,8 @@ class Scripted(AdaptivePolicy):
     """The real policy's bookkeeping (record) on choices a script makes; how far behind the
     proposer says it is when it drafts is kept."""
 
+    script = SCRIPT
+
     def __init__(self, model):
         super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
         self.choices = 0
@@ -45,7 +49,7 @@ class Scripted(AdaptivePolicy):
 
     def choose(self, proposers, context, limit):
         proposer = proposers[0]
-        k = min(SCRIPT[self.choices % len(SCRIPT)], limit)
+        k = min(self.script[self.choices % len(self.script)], limit)
         self.choices += 1
         self.estimates(proposer)
         if not k:
@@ -178,3 +182,71 @@ def test_a_draft_model_runs_nothing_while_it_sits_out(sampling, monkeypatch):
     assert gen.tokens == expected
     assert inside and not outside
     assert sum(runs) == sum(1 for s in steps if not s.drafts)
+
+
+class LongSitOut(Scripted):
+    """Drafts, sits out six runs (past TAPS_OFF_AFTER tokens), drafts again, and so on."""
+
+    script = [3, 0, 0, 0, 0, 0, 0, 3, 3]
+
+
+def long_reply(target, proposer, sampling, monkeypatch, kept: list):
+    """A reply of LongSitOut's choices; `kept` gets, per target step or run, its kind ("verify"
+    for a step of drafts, "prefill", or "run") and whether the target kept states for it."""
+    def step_kind(seq, ids, *a, **k):
+        kind = "prefill" if len(ids) == len(PROMPT) else "verify" if len(ids) > 1 else "step"
+        return kind, bool(target.state_layers)
+
+    counted(monkeypatch, target, "step", kept, step_kind)
+    counted(monkeypatch, target, "chain", kept, lambda *a: ("run", bool(target.state_layers)))
+    policy = LongSitOut(target)
+    gen = Generation(target, PROMPT, sampling, speculative=proposer, policy=policy)
+    gen.plain_run = RUN
+    return gen, list(gen)[1:], policy
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_a_drafter_sitting_out_long_lets_the_target_stop_keeping_its_states(target, drafter, sampling, monkeypatch):
+    expected, kept = generate(target, PROMPT, sampling).tokens, []
+    gen, steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, kept)
+    assert gen.tokens == expected
+    runs = [keeps for kind, keeps in kept if kind == "run"]
+    assert runs[0] and not all(runs)  # the first runs sat out kept states, the later ones none
+    assert all(keeps for kind, keeps in kept if kind in ("prefill", "verify"))  # drafting keeps them again
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(target, drafter, sampling,
+                                                                                monkeypatch):
+    """The same choices, with the target keeping the states all along: the same drafts."""
+    proposer = DFlashProposer(drafter, k=AUTO)
+    filled = []
+    counted(monkeypatch, proposer, "fill", filled, lambda states: states.shape[0])
+    gen, steps, policy = long_reply(target, proposer, sampling, monkeypatch, [])
+    monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", 10**9)
+    kept_gen, kept_steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, [])
+    assert filled and all(n > 0 for n in filled)
+    assert [s.drafts for s in steps] == [s.drafts for s in kept_steps]
+    assert gen.tokens == kept_gen.tokens
+    # the recomputed tokens count as catching up when it comes back
+    assert all(behind > MAX_STEP for k, behind in policy.drafted[1::3])
+
+
+def test_missing_counts_the_tokens_run_without_states(target, drafter):
+    proposer = DFlashProposer(drafter, k=AUTO)
+    proposer.attach(target, SamplingParams())
+    try:
+        context = list(PROMPT) + [5]
+        width = len(drafter.state_layers) * target.config.hidden_size
+        states = torch.zeros(len(PROMPT), width)
+        proposer.reset(context, states)
+        assert proposer.missing(context) == 0
+        longer = context + [7] * (dflash.TAPS_OFF_AFTER + 1)
+        proposer.idle(longer)
+        assert target.state_layers == ()  # sat out long enough: the target keeps none now
+        assert proposer.missing(longer) == dflash.TAPS_OFF_AFTER + 1
+        assert proposer.behind(longer) == len(PROMPT) + dflash.TAPS_OFF_AFTER + 1
+        proposer.fill(torch.zeros(dflash.TAPS_OFF_AFTER + 1, width))
+        assert proposer.missing(longer) == 0 and target.state_layers == drafter.state_layers
+    finally:
+        proposer.detach(target)

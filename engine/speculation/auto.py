@@ -1,7 +1,8 @@
 """proposer = "auto": several proposers, of which each step drafts with the one expected to pay best.
 
 Every member follows the whole reply, drafting or not: each is reset and observes every step
-(so the n-gram index grows, a DFlash drafter receives the target's states of every token), and
+(so the n-gram index grows, a DFlash drafter receives the target's states of every token, or
+after sitting out a while has those it missed computed again before it drafts), and
 one that sits a step out is told so before the step (`idle`); a draft model rewinds to the
 accepted context on its next proposal.
 """

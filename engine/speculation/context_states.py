@@ -1,4 +1,5 @@
-"""Hidden states of tokens already in a sequence's cache, for a DFlash drafter switched in mid-reply.
+"""Hidden states of tokens already in a sequence's cache, for a DFlash drafter switched in
+mid-reply, or one that let the target stop keeping them while it sat out.
 
 The target's states of past tokens were not kept, so they are computed again: the tokens run
 in chunks, each attending to the sequence's cached K/V before it. A chunk's own K/V go to
@@ -17,9 +18,11 @@ CHUNK = 256
 
 
 @torch.inference_mode()
-def context_states(model, seq: SeqCache, ids: list[int]) -> torch.Tensor:
-    """The states at model.state_layers [len(ids), n * H] of ids, the first len(ids) tokens of seq."""
-    assert len(ids) <= seq.length, (len(ids), seq.length)
+def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
+                   layers: tuple[int, ...] | None = None) -> torch.Tensor:
+    """The states at `layers` (default model.state_layers) [len(ids), n * H] of ids, the tokens
+    of seq from position `first` on."""
+    assert first + len(ids) <= seq.length, (first, len(ids), seq.length)
     # chunks fit the free pages (truncating the scratch between chunks gives its pages back)
     n = min(CHUNK, model.pool.num_free * model.pool.page_size)
     if n == 0:
@@ -31,13 +34,15 @@ def context_states(model, seq: SeqCache, ids: list[int]) -> torch.Tensor:
     out = []
     try:
         for start in range(0, len(ids), n):
-            out.append(run_chunk(model, seq, scratch, ids[start : start + n], start))
+            out.append(run_chunk(model, seq, scratch, ids[start : start + n], first + start,
+                                 model.state_layers if layers is None else layers))
     finally:
         scratch.release()
     return torch.cat(out)
 
 
-def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int) -> torch.Tensor:
+def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int,
+              layers: tuple[int, ...]) -> torch.Tensor:
     scratch.truncate(0)
     scratch.append(len(ids))
     own = scratch.slots(0, len(ids))
@@ -45,5 +50,5 @@ def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
     ctx = StepContext(model.pool, own.to(model.device), slots)
     positions = torch.arange(start, start + len(ids), device=model.device)
     tokens = torch.tensor(ids, dtype=torch.long, device=model.device)
-    _, states = model.decoder(tokens, positions, ctx, state_layers=model.state_layers)
+    _, states = model.decoder(tokens, positions, ctx, state_layers=layers)
     return states

@@ -222,6 +222,8 @@ class Generation:
         proposer, k = choice.proposer, choice.k
         t0 = time.perf_counter()
         start = device_mark(model.device)
+        if k > 0:
+            self._fill(seq, proposer, context)
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
         t1 = time.perf_counter()
         on_device = proposal.drafts_on(model.device)
@@ -255,6 +257,14 @@ class Generation:
             self.policy.record(choice, step, self._active.members)
         states = None if out.states is None else [out.states[: accepted + 1]]
         return [step], states
+
+    def _fill(self, seq, proposer: Proposer, context: list[int]) -> None:
+        """The states a drafter missed while the target kept none for it, computed again from
+        the cache: inside the step's drafting time, as the rest of its catch-up."""
+        missing = proposer.missing(context)
+        if missing > 0:
+            first = len(context) - 1 - missing
+            proposer.fill(context_states(self.model, seq, context[first:-1], first, proposer.state_layers))
 
     def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:
         """The model's token after each prefix; with sampled drafts, the min(1, p/q) outcome."""

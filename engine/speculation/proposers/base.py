@@ -104,6 +104,18 @@ class Proposer:
         follows the context as it grows, 0 or 1 within a run of drafting steps."""
         return 0
 
+    state_layers: tuple[int, ...] = ()  # the target layers whose states it reads (a DFlash drafter's)
+
+    def missing(self, context: list[int]) -> int:
+        """Tokens before the context's latest whose target states this proposer reads but was not
+        given (a DFlash drafter that let the target stop keeping them while it sat out): the
+        generation computes them again and hands them to `fill` before the next proposal."""
+        return 0
+
+    def fill(self, states: torch.Tensor) -> None:
+        """The target's states of the `missing` tokens, in order."""
+        raise NotImplementedError
+
     def catch_up_seed(self, behind: int, step_cost) -> float:
         """A first guess of the seconds a proposal `behind` tokens behind takes beyond one in a
         run of drafting steps, before any catch-up was timed."""

@@ -24,6 +24,11 @@ A drafter that sits steps out (k "auto" chose plain steps or another proposer) k
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
 pass's graph, more by an extension of their own first (on CUDA context-only graph replays,
 `DrafterGraphs.extend`). That catch-up is what `behind` reports, so the adaptive policy prices it.
+Keeping states costs the target's steps some 5 % (0.065 ms a token on the H200's Coder-1.5B), so
+a drafter that has sat out TAPS_OFF_AFTER tokens in a row lets the target stop keeping them; the
+states of the tokens it then misses (`missing`) are computed again, from the cache, just before
+it drafts next (the generation's `fill`, part of the catch-up): a copy that runs on for hundreds
+of tokens costs one prefill-like pass instead of a tax on every step.
 """
 
 from __future__ import annotations
@@ -53,6 +58,11 @@ DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
 # by one extension (memory stays bounded in a long reply; the launches come once per HOLD tokens).
 HOLD = 16 * MAX_STEP
+# Tokens sat out in a row before the target stops keeping states for the drafter (see above): a
+# drafter that loses a step often drafts again within a few, when keeping them costs less than
+# computing them again (a pass of the target from the host, some milliseconds: about what keeping
+# 32 tokens' states costs; a guess until timed on the GPU).
+TAPS_OFF_AFTER = 2 * MAX_STEP
 
 
 class DFlashProposer(Proposer):
@@ -72,14 +82,25 @@ class DFlashProposer(Proposer):
         self.held: list[torch.Tensor] = []
         self.fresh: list[torch.Tensor] = []
         self.pending = 0  # tokens in held and fresh: asked every step, so counted, not summed
+        self.drafted_at = 0  # the context's length at the drafter's latest pass (or reset)
+        self.target = None
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
             raise EngineError(
                 f"this DFlash drafter was loaded for another target model: load it for {target.name}"
             )
-        target.state_layers = self.drafter.state_layers
+        self.target = target
+        self.keep_states(True)
         self.sampling = sampling if self.sample else GREEDY
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        return self.drafter.state_layers
+
+    def keep_states(self, on: bool) -> None:
+        """Whether the target's steps keep the drafter's states (the target reads this per step)."""
+        self.target.state_layers = self.state_layers if on else ()
 
     def detach(self, target) -> None:
         target.state_layers = ()
@@ -92,10 +113,25 @@ class DFlashProposer(Proposer):
             raise EngineError("DFlash needs the target's hidden states of the whole context")
         self.drafter.clear()
         self.held, self.fresh, self.pending = [], [states], states.shape[0]
+        self.drafted_at = len(context)
+        self.keep_states(True)
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
+        if states is None:  # a step the target kept no states for: `missing` counts its tokens
+            return
         self.fresh.append(states)
         self.pending += states.shape[0]
+
+    def missing(self, context: list[int]) -> int:
+        """Tokens before the context's latest whose states the drafter neither took in nor holds:
+        those of the steps run while the target kept none (after TAPS_OFF_AFTER steps sat out)."""
+        return len(context) - 1 - self.drafter.context_length - self.pending
+
+    def fill(self, states: torch.Tensor) -> None:
+        """The states of the `missing` tokens, computed again; the target keeps them from now on."""
+        self.fresh.append(states)
+        self.pending += states.shape[0]
+        self.keep_states(True)
 
     def idle(self, context: list[int]) -> None:
         # The fresh states may sit in the target's graph outputs, which the step about to run
@@ -107,6 +143,8 @@ class DFlashProposer(Proposer):
         if self.pending >= HOLD:
             held, self.held, self.pending = self.held, [], 0
             self.drafter.take_in(torch.cat(held))
+        if len(context) - self.drafted_at >= TAPS_OFF_AFTER:
+            self.keep_states(False)
 
     def waiting(self) -> int:
         """Tokens whose states the drafter has not taken in yet."""
@@ -116,7 +154,7 @@ class DFlashProposer(Proposer):
         # a pass takes in up to a step's worth of new states within its graph, as after any
         # drafting step; more (steps sat out) it takes in by an extension of their own first: that
         # is the catch-up
-        waiting = self.waiting()
+        waiting = self.waiting() + self.missing(context)
         return waiting if waiting > MAX_STEP else 0
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
@@ -132,6 +170,8 @@ class DFlashProposer(Proposer):
         # The context extension runs here, not in observe, so the loop's propose time is the
         # whole drafter pass, a catch-up included. The fresh states are read before the target's
         # next step, which may overwrite them (CUDA graph output buffers).
+        assert self.missing(context) == 0, "the generation fills the missing states before a proposal"
+        self.drafted_at = len(context)
         states, self.held, self.fresh, self.pending = self.held + self.fresh, [], [], 0
         if self.sampled_drafts:
             # drafts and q are new tensors made from the graph's logits before the verify step
@@ -150,6 +190,8 @@ class DFlashProposer(Proposer):
     def warm_up(self, target, sampling, progress=None) -> None:
         # the target's steps keep the drafter's states while it drafts: those are other graphs
         target.warm_up(sampling, state_layers=self.drafter.state_layers, progress=progress)
+        # and those that keep none, for the steps it sits out long enough to let them go
+        target.warm_up(sampling, state_layers=(), progress=progress)
         if self.drafter.graphs is not None:
             self.drafter.graphs.warm_up()
 
