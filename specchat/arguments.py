@@ -93,6 +93,11 @@ def add_prompts_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--held-out", action="store_true",
                    help="prompts from the held-out modules (for evaluation; never trained on)")
+    p.add_argument("--long-chars", type=int, default=None,
+                   help="characters a long unit of code (a class, a run of a module's definitions) may hold "
+                        "(default 5,000: about 1,400 tokens, leaving a 2,048-token training sample room for a reply)")
+    p.add_argument("--long-only", action="store_true",
+                   help="every prompt on a long unit: contexts as long as a pasted file (to measure a drafter there)")
 
 
 def add_train_arguments(p) -> None:

@@ -24,7 +24,10 @@ from specchat.progress import counted_bar, message_progress
 def dflash_prompts(args) -> int:
     if args.count < 1:
         raise EngineError(f"--count must be at least 1, got {args.count}")
-    lines = build_prompts(args.count, args.seed, held_out=args.held_out)
+    if args.long_chars is not None and args.long_chars < 500:
+        raise EngineError(f"--long-chars must be at least 500, got {args.long_chars}")
+    long = {} if args.long_chars is None else {"long_chars": args.long_chars}
+    lines = build_prompts(args.count, args.seed, held_out=args.held_out, long_only=args.long_only, **long)
     with open(args.out, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     print(f"specchat: {len(lines)} prompts written to {args.out}", file=sys.stderr)

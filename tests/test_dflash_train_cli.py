@@ -58,6 +58,16 @@ def test_some_training_prompts_hold_long_code_as_pasted_files_do():
     assert max(len(c) for c in code) <= LONG_MAX_CHARS
 
 
+def test_long_only_prompts_hold_long_code_up_to_the_bound_asked():
+    """For measuring a drafter at contexts as long as a pasted file: every prompt on a long unit,
+    up to --long-chars characters (longer than training's default bound)."""
+    lines = build_prompts(12, seed=0, held_out=True, long_only=True, long_chars=10_000)
+    code = [line["messages"][0]["content"].split("```python\n")[1].split("\n```")[0] for line in lines]
+    assert lines and all(len(c.splitlines()) > MAX_LINES or len(c) > LONG_MAX_CHARS for c in code)
+    assert max(len(c) for c in code) > LONG_MAX_CHARS and all(len(c) <= 10_000 for c in code)
+    assert {top_module(line["module"]) for line in lines} <= set(HELD_OUT_MODULES)
+
+
 def test_a_fix_task_shows_code_with_one_change():
     code = "def clamp(x, low, high):\n    if x <= low:\n        return low\n    return min(x, high)\n" * 2
     unit = CodeUnit("m", "stdlib", "clamp", "function", code, ["x", "low", "high"])

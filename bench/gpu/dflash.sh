@@ -33,7 +33,8 @@
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1");
 #                          CODE=DIR runs the trainer of the tree unpacked in DIR (git archive COMMIT engine specchat)
-#   eval                   tau at k = 15 of every drafter trained here, beside a random one; the
+#   eval                   tau at k = 15 of every drafter trained here, beside a random one (the bench's
+#                          prompts, the held-out ones and those of long held-out code); the
 #                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
 #   bench LAYERS           the bench rows (plain, n-gram and DFlash at k 2 3 4 8 15 and auto, or K="4 15 auto";
 #                          greedy and sampled) with it; SAMPLED=1: the sampled rows' drafts drawn from the drafter's own
@@ -128,7 +129,8 @@ train)
   ;;
 eval)
   dirs=$(ls -d "$SPECCHAT_CACHE/$name"/dflash-l* 2>/dev/null)
-  timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl --json "$OUT/tau.json"
+  long=""; [ -f $DATA/eval-long.jsonl ] && long="--held-out-long $DATA/eval-long.jsonl"
+  timeout 400 python3 bench/gpu/dflash_tau.py $name $dirs --held-out $DATA/eval.jsonl $long --json "$OUT/tau.json"
   python3 bench/gpu/dflash_curve.py ${CURVES:-$DATA/history-l*.json} --out "$OUT/dflash-training.png"
   ;;
 bench)  # the prompts in one run: one load of the target and drafter, one capture of their graphs

@@ -1,12 +1,13 @@
 """Tokens per step (tau) of trained DFlash drafters at k = 15, greedy, on the bench's edit and
-explanation prompts and on held-out prompts (code the drafter never trained on), beside a
+explanation prompts, on held-out prompts (code the drafter never trained on) and, with
+--held-out-long, on held-out prompts of long code (contexts as long as the bench's), beside a
 random-weight drafter of the same shape. A drafter that drafts over a vocabulary of its own
 (draft_vocab.json) is measured a second time without it, as z-lab's loaders, vLLM and SGLang
 read its files (their argmax runs over every row of lm_head). Prints one table; writes it as
 JSON with --json.
 
     python bench/gpu/dflash_tau.py qwen2.5-coder-1.5b DRAFTER_DIR [DRAFTER_DIR ...] \
-        --held-out eval.jsonl --max-tokens 256 --json tau.json
+        --held-out eval.jsonl [--held-out-long eval-long.jsonl] --max-tokens 256 --json tau.json
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     p.add_argument("drafters", nargs="+")
     p.add_argument("--held-out", required=True, help="prompts JSONL from `specchat dflash-prompts --held-out`")
     p.add_argument("--held-out-count", type=int, default=16)
+    p.add_argument("--held-out-long", default=None,
+                   help="prompts JSONL from `specchat dflash-prompts --held-out --long-only --long-chars N`")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -36,6 +39,12 @@ def main() -> None:
     sets = {name: [target.encode_chat([{"role": "user", "content": builtin[name].text}])] for name in ("edit", "explain")}
     lines = [json.loads(x) for x in Path(args.held_out).read_text().splitlines() if x.strip()]
     sets["held-out"] = [target.encode_chat(x["messages"]) for x in lines[: args.held_out_count]]
+    if args.held_out_long:
+        lines = [json.loads(x) for x in Path(args.held_out_long).read_text().splitlines() if x.strip()]
+        sets["held-out long"] = [target.encode_chat(x["messages"]) for x in lines]
+        lengths = sorted(len(ids) for ids in sets["held-out long"])
+        print(f"held-out long: {len(lengths)} prompts of {lengths[0]}-{lengths[-1]} tokens "
+              f"(median {lengths[len(lengths) // 2]})")
     layers = json.loads((Path(args.drafters[0]) / "config.json").read_text())["num_hidden_layers"]
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,9 +55,9 @@ def main() -> None:
             del drafter
             torch.cuda.empty_cache()
     print(f"\ntau (tokens per step, bonus included) at k = 15, greedy, {args.max_tokens} new tokens, {args.model}")
-    print(f"{'drafter':<60}" + "".join(f"{s:>12}" for s in sets))
+    print(f"{'drafter':<60}" + "".join(f"{s:>15}" for s in sets))
     for name, row in rows.items():
-        print(f"{name[-60:]:<60}" + "".join(f"{row[s]:>12.2f}" for s in sets))
+        print(f"{name[-60:]:<60}" + "".join(f"{row[s]:>15.2f}" for s in sets))
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "max_tokens": args.max_tokens, "tau": rows},
                                               indent=2))

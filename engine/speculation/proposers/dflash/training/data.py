@@ -20,6 +20,7 @@ from engine.errors import EngineError
 from engine.speculation.proposers.dflash.training.sources import (
     BENCH_MODULES,
     HELD_OUT_MODULES,
+    LONG_MAX_CHARS,
     SKIPPED_FOLDERS,
     code_units,
     roots,
@@ -34,9 +35,12 @@ LONG_SHARE = 0.4  # of a file's units taken, about this share long ones (sources
 PACKAGE_SHARE = 0.04  # no top-level package (say the codecs of `encodings`) gives more of the prompts
 
 
-def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dict]:
+def build_prompts(count: int, seed: int = 0, held_out: bool = False, long_chars: int = LONG_MAX_CHARS,
+                  long_only: bool = False) -> list[dict]:
     """`count` prompt lines (fewer if the code runs out), from the training modules, or from the
-    held-out ones with held_out=True. The same count and seed give the same lines."""
+    held-out ones with held_out=True. The same arguments give the same lines. Long units (a whole
+    class, a run of a module's definitions) hold up to `long_chars` characters; with long_only
+    every prompt is on one (contexts as long as a pasted file, to measure a drafter there)."""
     rng = random.Random(seed)
     root_of = {name: str(root) for name, root in roots()}
     lines = []
@@ -45,7 +49,10 @@ def build_prompts(count: int, seed: int = 0, held_out: bool = False) -> list[dic
         package = (source, top_module(module))
         if per_package[package] >= max(UNITS_PER_FILE, count * PACKAGE_SHARE):
             continue
-        for unit in pick_units(code_units(source, module, path), rng):
+        units = code_units(source, module, path, long_chars)
+        if long_only:
+            units = [u for u in units if u.long]
+        for unit in pick_units(units, rng):
             per_package[package] += 1
             kind, message = make_task(unit, rng)
             prefix = "eval" if held_out else "train"

@@ -88,9 +88,9 @@ def source_files(held_out: bool = False) -> list[tuple[str, str, Path]]:
     return files
 
 
-def code_units(source: str, module: str, path: Path) -> list[CodeUnit]:
+def code_units(source: str, module: str, path: Path, long_chars: int = LONG_MAX_CHARS) -> list[CodeUnit]:
     """The file's top-level functions and classes of MIN_LINES..MAX_LINES lines, and the longer
-    ones up to LONG_MAX_LINES lines and LONG_MAX_CHARS characters (`CodeUnit.long`)."""
+    ones up to LONG_MAX_LINES lines and `long_chars` characters (`CodeUnit.long`)."""
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
@@ -103,24 +103,25 @@ def code_units(source: str, module: str, path: Path) -> list[CodeUnit]:
         if not MIN_LINES <= lines <= LONG_MAX_LINES:
             continue
         code = ast.get_source_segment(text, node)
-        if code is None or (lines > MAX_LINES and len(code) > LONG_MAX_CHARS):
+        if code is None or (lines > MAX_LINES and len(code) > long_chars):
             continue
         is_class = isinstance(node, ast.ClassDef)
         arguments = [] if is_class else [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
         units.append(CodeUnit(module, source, node.name, "class" if is_class else "function", code, arguments))
-    return units + windows(text, defs, source, module)
+    return units + windows(text, defs, source, module, long_chars)
 
 
-def windows(text: str, defs: list[ast.stmt], source: str, module: str) -> list[CodeUnit]:
+def windows(text: str, defs: list[ast.stmt], source: str, module: str, long_chars: int = LONG_MAX_CHARS
+            ) -> list[CodeUnit]:
     """Runs of consecutive top-level definitions, as a file's lines from the first one's start to
-    the last one's end, of more than MAX_LINES lines and at most LONG_MAX_CHARS characters: a part
+    the last one's end, of more than MAX_LINES lines and at most `long_chars` characters: a part
     of a module, as people paste one. They do not overlap."""
     lines = text.splitlines()
     out, start = [], 0
     while start < len(defs):
         end = start
         while end + 1 < len(defs) and len("\n".join(lines[defs[start].lineno - 1 : defs[end + 1].end_lineno]))\
-                <= LONG_MAX_CHARS:
+                <= long_chars:
             end += 1
         code = "\n".join(lines[defs[start].lineno - 1 : defs[end].end_lineno])
         if end > start and code.count("\n") + 1 > MAX_LINES:
