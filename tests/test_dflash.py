@@ -422,6 +422,19 @@ def test_recaptured_states_equal_the_prefill_states(target, random_drafter):
         seq.release()
 
 
+def test_states_from_mid_context_are_those_of_the_whole(target, random_drafter):
+    ids = PROMPT + [1, 2, 3, 4, 5]
+    target.state_layers = random_drafter.state_layers
+    seq = target.new_sequence()
+    try:
+        prefill = target.forward(seq, torch.tensor(ids))[1]
+        again = context_states(target, seq, ids[5:9], first=5)
+        assert torch.allclose(again, prefill[5:9], atol=1e-5)
+    finally:
+        target.state_layers = ()
+        seq.release()
+
+
 def test_k_beyond_the_block_and_foreign_target_are_clear_errors(target, random_drafter, tmp_path):
     small = load_drafter(str(write_random_drafter(tmp_path, target, num_layers=1, block_size=8)), target)
     with pytest.raises(EngineError, match="at most 7 drafts"):

@@ -131,6 +131,30 @@ def test_context_only_replays_write_what_the_op_by_op_extension_writes(graphed, 
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("first,count", [(0, 40), (7, 3), (16, 20), (21, 200)])
+def test_states_computed_again_through_the_fused_layers_are_the_steps_states(graphed, drafter, first, count):
+    """context_states on the triton backend (a page table of the sequence's pages, then scratch
+    ones) gives the states one-token steps kept, and leaves the sequence's K/V as they were;
+    200 tokens run in chunks of what the small pool has free, each starting inside a page."""
+    from engine.speculation.context_states import context_states
+
+    ids = (PROMPT * 40)[: first + count + 1]
+    seq = graphed.new_sequence()
+    graphed.state_layers = drafter.state_layers
+    try:
+        kept = [graphed.forward(seq, torch.tensor(ids[:1], device=DEVICE))[1]]
+        kept += [graphed.forward(seq, torch.tensor([t], device=DEVICE))[1] for t in ids[1:]]
+        kept = torch.cat(kept)
+        slots = seq.slots(0, len(ids)).to(DEVICE)
+        k_before, v_before = graphed.pool.k[:, slots].clone(), graphed.pool.v[:, slots].clone()
+        again = context_states(graphed, seq, ids[first : first + count], first)
+        torch.testing.assert_close(again, kept[first : first + count], atol=1e-4, rtol=1e-4)
+        assert torch.equal(graphed.pool.k[:, slots], k_before) and torch.equal(graphed.pool.v[:, slots], v_before)
+    finally:
+        graphed.state_layers = ()
+        seq.release()
+
+
 def test_anchor_may_come_from_the_device(graphed, drafter):
     states = states_of(graphed, drafter, PROMPT)
     drafter.clear()

@@ -3,7 +3,10 @@ mid-reply, or one that let the target stop keeping them while it sat out.
 
 The target's states of past tokens were not kept, so they are computed again: the tokens run
 in chunks, each attending to the sequence's cached K/V before it. A chunk's own K/V go to
-scratch pages, so the sequence's cache is left exactly as it was.
+scratch pages, so the sequence's cache is left exactly as it was. On the triton backend a chunk
+runs through the fused layers (a few hundred launches, where op by op it takes thousands): their
+page table is the sequence's pages before the chunk, then scratch pages, the page the chunk
+starts inside copied to scratch first, so no write lands in the sequence's own pages.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from engine.errors import EngineError
+from engine.limits import MAX_STEP
 from engine.runtime.kv_cache import SeqCache
 from engine.runtime.step_io import StepContext
 
@@ -23,8 +27,9 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
     """The states at `layers` (default model.state_layers) [len(ids), n * H] of ids, the tokens
     of seq from position `first` on."""
     assert first + len(ids) <= seq.length, (first, len(ids), seq.length)
-    # chunks fit the free pages (truncating the scratch between chunks gives its pages back)
-    n = min(CHUNK, model.pool.num_free * model.pool.page_size)
+    # chunks fit the free pages, less one for the page a chunk starts inside (truncating the
+    # scratch between chunks gives its pages back)
+    n = min(CHUNK, max(0, model.pool.num_free - 1) * model.pool.page_size)
     if n == 0:
         raise EngineError(
             "KV cache full: no room to read the context's hidden states for DFlash "
@@ -34,8 +39,9 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
     out = []
     try:
         for start in range(0, len(ids), n):
-            out.append(run_chunk(model, seq, scratch, ids[start : start + n], first + start,
-                                 model.state_layers if layers is None else layers))
+            run = run_paged if model.backend == "triton" else run_chunk
+            out.append(run(model, seq, scratch, ids[start : start + n], first + start,
+                           model.state_layers if layers is None else layers))
     finally:
         scratch.release()
     return torch.cat(out)
@@ -50,5 +56,31 @@ def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
     ctx = StepContext(model.pool, own.to(model.device), slots)
     positions = torch.arange(start, start + len(ids), device=model.device)
     tokens = torch.tensor(ids, dtype=torch.long, device=model.device)
+    _, states = model.decoder(tokens, positions, ctx, state_layers=layers)
+    return states
+
+
+def run_paged(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int,
+              layers: tuple[int, ...]) -> torch.Tensor:
+    """run_chunk through the fused layers: a step of len(ids) tokens at `start` whose page table
+    reads the sequence's pages before it and writes scratch pages only."""
+    pool, ps, t = model.pool, model.pool.page_size, len(ids)
+    whole = start // ps  # the sequence's pages wholly before the chunk
+    scratch.truncate(0)
+    scratch.append(start % ps + t)  # the head of the page the chunk starts inside, then the chunk
+    if start % ps:
+        src, dst = seq.pages[whole] * ps, scratch.pages[0] * ps
+        pool.k[:, dst : dst + ps] = pool.k[:, src : src + ps]
+        pool.v[:, dst : dst + ps] = pool.v[:, src : src + ps]
+    table = torch.tensor(seq.pages[:whole] + scratch.pages, dtype=torch.long)
+    slots = None
+    if t > MAX_STEP:  # longer steps gather their context by slot (Model.context)
+        pos = torch.arange(start + t)
+        slots = (table[pos // ps] * ps + pos % ps).to(model.device)
+    device = model.device
+    ctx = StepContext(pool, None, slots, True, "triton", table.to(device),
+                      torch.tensor([start], dtype=torch.long, device=device), model.invariant_chunk)
+    positions = torch.arange(start, start + t, device=device)
+    tokens = torch.tensor(ids, dtype=torch.long, device=device)
     _, states = model.decoder(tokens, positions, ctx, state_layers=layers)
     return states
