@@ -195,10 +195,10 @@ def long_reply(target, proposer, sampling, monkeypatch, kept: list):
     for a step of drafts, "prefill", or "run") and whether the target kept states for it."""
     def step_kind(seq, ids, *a, **k):
         kind = "prefill" if len(ids) == len(PROMPT) else "verify" if len(ids) > 1 else "step"
-        return kind, bool(target.state_layers)
+        return kind, bool(target.state_layers), len(ids)
 
     counted(monkeypatch, target, "step", kept, step_kind)
-    counted(monkeypatch, target, "chain", kept, lambda *a: ("run", bool(target.state_layers)))
+    counted(monkeypatch, target, "chain", kept, lambda seq, first, n, *a: ("run", bool(target.state_layers), n))
     policy = LongSitOut(target)
     gen = Generation(target, PROMPT, sampling, speculative=proposer, policy=policy)
     gen.plain_run = RUN
@@ -210,9 +210,9 @@ def test_a_drafter_sitting_out_long_lets_the_target_stop_keeping_its_states(targ
     expected, kept = generate(target, PROMPT, sampling).tokens, []
     gen, steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, kept)
     assert gen.tokens == expected
-    runs = [keeps for kind, keeps in kept if kind == "run"]
+    runs = [keeps for kind, keeps, _ in kept if kind == "run"]
     assert runs[0] and not all(runs)  # the first runs sat out kept states, the later ones none
-    assert all(keeps for kind, keeps in kept if kind in ("prefill", "verify"))  # drafting keeps them again
+    assert all(keeps for kind, keeps, _ in kept if kind in ("prefill", "verify"))  # drafting keeps them again
 
 
 @pytest.mark.parametrize("sampling", SAMPLINGS)
@@ -220,16 +220,19 @@ def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(
                                                                                 monkeypatch):
     """The same choices, with the target keeping the states all along: the same drafts."""
     proposer = DFlashProposer(drafter, k=AUTO)
-    filled = []
+    filled, kept = [], []
     counted(monkeypatch, proposer, "fill", filled, lambda states: states.shape[0])
-    gen, steps, policy = long_reply(target, proposer, sampling, monkeypatch, [])
+    gen, steps, policy = long_reply(target, proposer, sampling, monkeypatch, kept)
+    first_reply = list(kept)  # the next reply's calls are counted in `kept` as well
     monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", 10**9)
     kept_gen, kept_steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, [])
     assert filled and all(n > 0 for n in filled)
     assert [s.drafts for s in steps] == [s.drafts for s in kept_steps]
     assert gen.tokens == kept_gen.tokens
-    # the recomputed tokens count as catching up when it comes back
-    assert all(behind > MAX_STEP for k, behind in policy.drafted[1::3])
+    # every token a run kept no states for was computed again, once, before the drafter's next
+    # proposal (those after its last one never were: the reply ended)
+    last = max(i for i, (kind, _, _) in enumerate(first_reply) if kind == "verify")
+    assert sum(filled) == sum(n for kind, keeps, n in first_reply[:last] if kind == "run" and not keeps) > 0
 
 
 def test_missing_counts_the_tokens_run_without_states(target, drafter):
@@ -245,8 +248,28 @@ def test_missing_counts_the_tokens_run_without_states(target, drafter):
         proposer.idle(longer)
         assert target.state_layers == ()  # sat out long enough: the target keeps none now
         assert proposer.missing(longer) == dflash.TAPS_OFF_AFTER + 1
-        assert proposer.behind(longer) == len(PROMPT) + dflash.TAPS_OFF_AFTER + 1
+        # what it held went in as the target stopped: behind is the tokens it missed, no prompt
+        assert proposer.drafter.context_length == len(PROMPT)
+        assert proposer.behind(longer) == dflash.TAPS_OFF_AFTER + 1
         proposer.fill(torch.zeros(dflash.TAPS_OFF_AFTER + 1, width))
         assert proposer.missing(longer) == 0 and target.state_layers == drafter.state_layers
     finally:
         proposer.detach(target)
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS)
+def test_states_are_computed_again_with_the_cache_all_but_full(target, drafter, sampling, monkeypatch):
+    """A drafter coming back at the end of the context: the states it missed fit the pages left."""
+    prompt = (PROMPT * 20)[: target.max_context - 60]
+    sampling = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p, seed=sampling.seed,
+                              max_tokens=60)
+    expected = generate(target, prompt, sampling)
+    filled = []
+    proposer = DFlashProposer(drafter, k=AUTO)
+    counted(monkeypatch, proposer, "fill", filled, lambda states: states.shape[0])
+    policy = LongSitOut(target)
+    gen = Generation(target, prompt, sampling, speculative=proposer, policy=policy)
+    gen.plain_run = RUN
+    steps = list(gen)
+    assert gen.tokens == expected.tokens and steps[-1].finished == "length"
+    assert filled and target.pool.num_free == target.pool.num_pages  # every page back

@@ -27,21 +27,26 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
     """The states at `layers` (default model.state_layers) [len(ids), n * H] of ids, the tokens
     of seq from position `first` on."""
     assert first + len(ids) <= seq.length, (first, len(ids), seq.length)
-    # chunks fit the free pages, less one for the page a chunk starts inside (truncating the
-    # scratch between chunks gives its pages back)
-    n = min(CHUNK, max(0, model.pool.num_free - 1) * model.pool.page_size)
-    if n == 0:
-        raise EngineError(
-            "KV cache full: no room to read the context's hidden states for DFlash "
-            "(start a new chat or raise --max-context)"
-        )
+    run = run_paged if model.backend == "triton" else run_chunk
+    ps = model.pool.page_size
     scratch = model.new_sequence()
-    out = []
+    out, done = [], 0
     try:
-        for start in range(0, len(ids), n):
-            run = run_paged if model.backend == "triton" else run_chunk
-            out.append(run(model, seq, scratch, ids[start : start + n], first + start,
+        while done < len(ids):
+            # a chunk fits the free pages (the scratch's own given back first); on the triton
+            # backend the scratch also holds the head of the page the chunk starts inside
+            scratch.truncate(0)
+            start = first + done
+            room = model.pool.num_free * ps - (start % ps if run is run_paged else 0)
+            n = min(CHUNK, room, len(ids) - done)
+            if n <= 0:
+                raise EngineError(
+                    "KV cache full: no room to read the context's hidden states for DFlash "
+                    "(start a new chat or raise --max-context)"
+                )
+            out.append(run(model, seq, scratch, ids[done : done + n], start,
                            model.state_layers if layers is None else layers))
+            done += n
     finally:
         scratch.release()
     return torch.cat(out)

@@ -53,6 +53,9 @@ from engine.speculation.proposers.spec import ProposerOptions
 # kernels each, not yet timed (bench/gpu/dflash_costs.py times it). A fifth of a plain step until
 # then: it is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.2
+# Tokens whose states the target computes again in the time of one plain step (a 256-token pass
+# through the fused layers, some two steps' time on the H200's Coder-1.5B: a guess until timed).
+RECOMPUTED_PER_STEP = 128
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
@@ -143,8 +146,13 @@ class DFlashProposer(Proposer):
         if self.pending >= HOLD:
             held, self.held, self.pending = self.held, [], 0
             self.drafter.take_in(torch.cat(held))
-        if len(context) - self.drafted_at >= TAPS_OFF_AFTER:
+        if len(context) - self.drafted_at >= TAPS_OFF_AFTER and self.target.state_layers:
             self.keep_states(False)
+            # what it holds goes in now: a drafter holding nothing of the reply reads it as its
+            # prefill (the policy's `prompt`), which a comeback computing states again is not
+            if self.held:
+                held, self.held, self.pending = self.held, [], 0
+                self.drafter.take_in(torch.cat(held))
 
     def waiting(self) -> int:
         """Tokens whose states the drafter has not taken in yet."""
@@ -158,7 +166,9 @@ class DFlashProposer(Proposer):
         return waiting if waiting > MAX_STEP else 0
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
-        return CATCH_UP_SHARE * step_cost(self.drafter.target)(1)
+        # past a step's worth the states were mostly let go (TAPS_OFF_AFTER), so the target runs
+        # over them again: a cost that grows with their number
+        return (CATCH_UP_SHARE + behind / RECOMPUTED_PER_STEP) * step_cost(self.drafter.target)(1)
 
     def known_acceptance(self) -> list[float] | None:
         return self.drafter.measured
