@@ -123,7 +123,10 @@ train)
   (cd "${CODE:-.}" && timeout "${TRAIN_TIMEOUT:-595}" python3 -m specchat train-dflash --model $name --out "$dir" \
     --layers "$layers" --prompts $prompts --replies $replies \
     --minutes "$minutes" --checkpoint-minutes 3 --batch-size "$batch" --learning-rate "$lr" --anchors 256 ${EXTRA:-} $resume 2>&1) \
-    | tr '\r' '\n' | grep -v "^ *$" | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
+    | tr '\r' '\n' | grep -v "^ *$" | tee "$DATA/train-l$layers${TAG:-}.log" \
+    | awk 'NR % 200 == 0 || /drafter written|Error|error|specchat:/' | tail -8
+  # a run that died: its traceback, which the filter above keeps out (the whole log stays in $DATA)
+  grep -q "Traceback" "$DATA/train-l$layers${TAG:-}.log" && grep -v "Warn\|warn" "$DATA/train-l$layers${TAG:-}.log" | tail -25
   cp "$dir/training/history.json" "$OUT/history-l$layers${TAG:-}.json"; cp "$dir/DATA.md" "$OUT/"
   cp "$dir/training/history.json" "$DATA/history-l$layers${TAG:-}.json"  # for eval's chart, a call later
   ;;

@@ -57,9 +57,12 @@ setup)
   done
   ;;
 tests)
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 8 tests/test_cuda_kernels.py 2>&1 | tail -3
-  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 4 tests/test_cuda_graphs.py \
-    tests/test_dflash_cuda.py tests/test_batch_cuda.py tests/test_cuda_overlap.py 2>&1 | grep -v "Warn\|warn" | tail -15
+  # each failure's one line (where and what), then the counts
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 8 -rfE --tb=line \
+    tests/test_cuda_kernels.py 2>&1 | grep -E "^(FAILED|ERROR|E )|passed|failed" | tail -20
+  timeout 300 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -p no:warnings -n 4 -rfE --tb=line \
+    tests/test_cuda_graphs.py tests/test_dflash_cuda.py tests/test_batch_cuda.py tests/test_cuda_overlap.py 2>&1 \
+    | grep -E "^(FAILED|ERROR|E )|passed|failed" | tail -30
   ;;
 steps-ab)
   opts="--contexts 1024 --lengths 1 16 --repeats 100 --no-transformers --no-eager"
