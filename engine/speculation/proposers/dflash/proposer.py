@@ -127,7 +127,7 @@ class DFlashProposer(Proposer):
 
     def missing(self, context: list[int]) -> int:
         """Tokens before the context's latest whose states the drafter neither took in nor holds:
-        those of the steps run while the target kept none (after TAPS_OFF_AFTER steps sat out)."""
+        those of the steps run while the target kept none (after TAPS_OFF_AFTER tokens sat out)."""
         return len(context) - 1 - self.drafter.context_length - self.pending
 
     def fill(self, states: torch.Tensor) -> None:
