@@ -3,7 +3,8 @@ verify step with and without the drafter's states, each timed three ways over 50
 the host's time to issue a call (nothing waited for), the wall time per call (the slower of host
 and device sets it), and the device's own time from the profiler's kernels. The drafter's pass
 is timed taking in 1, 16, 32 and 128 new tokens' states: past 16, a drafter that sat steps out
-catching up; a run of 8 chained plain steps with and without those states. A call whose wall
+catching up; a run of 8 chained plain steps with and without those states; the states of 32 to
+512 tokens computed again (a drafter that let the target stop keeping them). A call whose wall
 time is its host time leaves the GPU waiting; one whose wall time is its kernels' is bound by
 the GPU. Then the generation loop's own figures for DFlash k = 3 beside n-gram k = 3 (propose and
 verify ms a step), which the bench reports.
@@ -30,10 +31,12 @@ from engine import (
     load_model,
     write_random_drafter,
 )
+from engine.speculation.context_states import context_states
 from specchat.bench.prompts import builtin_prompts
 
 CALLS = 50
 CATCH_UPS = (16, 32, 128)  # states taken in by one pass: a step's worth, then after steps sat out
+RECOMPUTED = (32, 128, 256, 512)  # missed tokens whose states are computed again
 GREEDY = SamplingParams(max_tokens=128)
 
 
@@ -112,7 +115,14 @@ def main() -> None:
             seq.truncate(length)
 
         rows.append((label, *timed(chained)))
+    # the states a drafter missed while the target kept none, computed again from the cache
+    # (context_states through the fused layers; the catch-up of a drafter that sat out 32+ tokens)
     target.state_layers = ()
+    for n in RECOMPUTED:
+        def recompute(n=n):
+            context_states(target, seq, ids[-n - 1 : -1], len(ids) - n - 1, drafter.state_layers)
+
+        rows.append((f"states of {n} tokens computed again", *timed(recompute, calls=10)))
     seq.release()
 
     print(f"\n{target.name}, {args.context}-token context, {CALLS} calls in a row (ms a call)")
