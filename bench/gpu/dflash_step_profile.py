@@ -82,7 +82,11 @@ def main() -> None:
                    help="after the timed steps, profile two more and print the N kernels of most device time")
     p.add_argument("--random", action="store_true",
                    help="MODEL is a shape with random weights; the samples keep the real ones' lengths")
+    p.add_argument("--no-cudnn", action="store_true",
+                   help="leave cuDNN's attention out of torch's choice (it builds a plan per new shape)")
     args = p.parse_args()
+    if args.no_cudnn:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     count = 64 * args.batch_size
     if args.random:
         cuda = torch.cuda.is_available()
