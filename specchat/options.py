@@ -19,6 +19,7 @@ from engine import (
     offered,
     proposer_specs,
 )
+from specchat.collector import settle
 
 Progress = Callable[[str], None]  # where loading reports what it is doing (specchat/progress.py)
 
@@ -33,9 +34,11 @@ def sampling_from(args) -> SamplingParams:
 def load_target(args, progress: Progress):
     if args.max_context is not None and args.max_context < 32:
         raise EngineError(f"--max-context must be at least 32, got {args.max_context}")
-    return load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
-                      progress=progress, eager=getattr(args, "eager", False),
-                      batch_invariant=getattr(args, "batch_invariant", False))
+    model = load_model(args.model, device=args.device, dtype=args.dtype, max_context=args.max_context,
+                       progress=progress, eager=getattr(args, "eager", False),
+                       batch_invariant=getattr(args, "batch_invariant", False))
+    settle()
+    return model
 
 
 def sources(args) -> dict[str, str | None]:

@@ -436,3 +436,19 @@ def test_a_timed_run_captures_every_graph_before_its_clock_starts(model, monkeyp
     timed_generate(model, [1, 2, 3, 1, 2], sampling, [], AutoProposer(members))
     assert order[:3] == [("target", sampling), (members[0], sampling), (members[1], sampling)]
     assert "step" in order[3:]
+
+
+def test_a_timed_run_holds_the_collectors_full_passes_while_its_clock_runs(model, monkeypatch):
+    """A full pass over everything loaded can take 100 ms, more than a short row's whole run."""
+    import gc
+
+    from specchat.bench.runs import timed_generate
+    from specchat.collector import HELD
+
+    before = gc.get_threshold()
+    during = []
+    real_chain = model.chain
+    monkeypatch.setattr(model, "chain", lambda *a, **kw: during.append(gc.get_threshold()[2]) or real_chain(*a, **kw))
+    timed_generate(model, [1, 2, 3, 1, 2], SamplingParams(max_tokens=6), [], None)
+    assert during and set(during) == {HELD}
+    assert gc.get_threshold() == before
