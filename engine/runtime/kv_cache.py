@@ -87,7 +87,11 @@ class SeqCache:
 
     def slots(self, start: int, end: int) -> torch.Tensor:
         """Flat pool slots of positions start..end-1 (a host-built index: the torch reference path)."""
-        ps = self.pool.page_size
-        pages = torch.tensor(self.pages, dtype=torch.long)
-        pos = torch.arange(start, end, dtype=torch.long)
-        return pages[pos // ps] * ps + pos % ps
+        return page_slots(self.pages, start, end, self.pool.page_size)
+
+
+def page_slots(pages: list[int], start: int, end: int, page_size: int) -> torch.Tensor:
+    """Flat pool slots of positions start..end-1 of a sequence whose pages are `pages`, in order."""
+    table = torch.tensor(pages, dtype=torch.long)
+    pos = torch.arange(start, end, dtype=torch.long)
+    return table[pos // page_size] * page_size + pos % page_size

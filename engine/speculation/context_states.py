@@ -15,7 +15,7 @@ import torch
 
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
-from engine.runtime.kv_cache import SeqCache
+from engine.runtime.kv_cache import SeqCache, page_slots
 from engine.runtime.step_io import StepContext
 
 CHUNK = 256
@@ -54,7 +54,7 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
 
 def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int,
               layers: tuple[int, ...]) -> torch.Tensor:
-    scratch.truncate(0)
+    """The chunk at `start` op by op, its K/V in the (empty) scratch's own slots."""
     scratch.append(len(ids))
     own = scratch.slots(0, len(ids))
     slots = torch.cat([seq.slots(0, start), own]).to(model.device)
@@ -68,22 +68,20 @@ def run_chunk(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
 def run_paged(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int,
               layers: tuple[int, ...]) -> torch.Tensor:
     """run_chunk through the fused layers: a step of len(ids) tokens at `start` whose page table
-    reads the sequence's pages before it and writes scratch pages only."""
+    reads the sequence's pages before it and writes the (empty) scratch's pages only."""
     pool, ps, t = model.pool, model.pool.page_size, len(ids)
     whole = start // ps  # the sequence's pages wholly before the chunk
-    scratch.truncate(0)
     scratch.append(start % ps + t)  # the head of the page the chunk starts inside, then the chunk
     if start % ps:
         src, dst = seq.pages[whole] * ps, scratch.pages[0] * ps
         pool.k[:, dst : dst + ps] = pool.k[:, src : src + ps]
         pool.v[:, dst : dst + ps] = pool.v[:, src : src + ps]
-    table = torch.tensor(seq.pages[:whole] + scratch.pages, dtype=torch.long)
+    pages = seq.pages[:whole] + scratch.pages
     slots = None
     if t > MAX_STEP:  # longer steps gather their context by slot (Model.context)
-        pos = torch.arange(start + t)
-        slots = (table[pos // ps] * ps + pos % ps).to(model.device)
+        slots = page_slots(pages, 0, start + t, ps).to(model.device)
     device = model.device
-    ctx = StepContext(pool, None, slots, True, "triton", table.to(device),
+    ctx = StepContext(pool, None, slots, True, "triton", torch.tensor(pages, dtype=torch.long, device=device),
                       torch.tensor([start], dtype=torch.long, device=device), model.invariant_chunk)
     positions = torch.arange(start, start + t, device=device)
     tokens = torch.tensor(ids, dtype=torch.long, device=device)

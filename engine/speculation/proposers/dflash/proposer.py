@@ -144,15 +144,18 @@ class DFlashProposer(Proposer):
             self.held.append(torch.cat(self.fresh))
             self.fresh = []
         if self.pending >= HOLD:
-            held, self.held, self.pending = self.held, [], 0
-            self.drafter.take_in(torch.cat(held))
+            self.take_in_held()
         if len(context) - self.drafted_at >= TAPS_OFF_AFTER and self.target.state_layers:
             self.keep_states(False)
             # what it holds goes in now: a drafter holding nothing of the reply reads it as its
             # prefill (the policy's `prompt`), which a comeback computing states again is not
             if self.held:
-                held, self.held, self.pending = self.held, [], 0
-                self.drafter.take_in(torch.cat(held))
+                self.take_in_held()
+
+    def take_in_held(self) -> None:
+        """The held states into the drafter's cache, by one extension."""
+        held, self.held, self.pending = self.held, [], 0
+        self.drafter.take_in(torch.cat(held))
 
     def waiting(self) -> int:
         """Tokens whose states the drafter has not taken in yet."""
