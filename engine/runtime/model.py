@@ -67,6 +67,7 @@ class Model:
         self.graphs = None
         if graphed:
             self.graphs = StepGraphs(self)
+        self._prefill_warmed: set[tuple[int, ...]] = set()  # state taps warm_prefill has run with
 
     def warm_up(
         self, sampling: SamplingParams, noise: int = TOKEN, state_layers: tuple[int, ...] | None = None,
@@ -86,7 +87,12 @@ class Model:
     def warm_prefill(self) -> None:
         """Run prompts of PREFILL_WARM_UP lengths once, on a sequence given back at once: a
         prefill is the one step the graphs do not cover, and its kernels compile at their first
-        use (a fresh chat's first reply came 0.9 s later than the next on the H200)."""
+        use (a fresh chat's first reply came 0.9 s later than the next on the H200). Once per set
+        of state taps (their adds are kernels of their own): later calls have nothing to compile."""
+        taps = tuple(self.state_layers)
+        if taps in self._prefill_warmed:
+            return
+        self._prefill_warmed.add(taps)
         for n in PREFILL_WARM_UP:
             if n > self.max_context:
                 continue
