@@ -37,11 +37,9 @@ def main() -> None:
     target = load_model(args.model, max_context=4096)
     builtin = builtin_prompts()
     sets = {name: [target.encode_chat([{"role": "user", "content": builtin[name].text}])] for name in ("edit", "explain")}
-    lines = [json.loads(x) for x in Path(args.held_out).read_text().splitlines() if x.strip()]
-    sets["held-out"] = [target.encode_chat(x["messages"]) for x in lines[: args.held_out_count]]
+    sets["held-out"] = encoded(target, args.held_out)[: args.held_out_count]
     if args.held_out_long:
-        lines = [json.loads(x) for x in Path(args.held_out_long).read_text().splitlines() if x.strip()]
-        sets["held-out long"] = [target.encode_chat(x["messages"]) for x in lines]
+        sets["held-out long"] = encoded(target, args.held_out_long)
         lengths = sorted(len(ids) for ids in sets["held-out long"])
         print(f"held-out long: {len(lengths)} prompts of {lengths[0]}-{lengths[-1]} tokens "
               f"(median {lengths[len(lengths) // 2]})")
@@ -61,6 +59,12 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"model": args.model, "max_tokens": args.max_tokens, "tau": rows},
                                               indent=2))
+
+
+def encoded(target, path: str) -> list[list[int]]:
+    """The prompts of a `dflash-prompts` file, through the target's chat template."""
+    lines = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    return [target.encode_chat(x["messages"]) for x in lines]
 
 
 def drafter_rows(drafters: list[str], tmp: Path) -> list[tuple[str, str]]:

@@ -36,6 +36,14 @@ def masked(q, k_cache, v_cache, padded, scale):
     return out.transpose(1, 2).reshape(-1, h, q.shape[2])[padded.scatter]
 
 
+def random_prompts(vocab: int, count: int, shortest: int, longest: int) -> list[list[int]]:
+    """`count` prompts of random ids, of lengths drawn from shortest..longest (seeded: the same
+    prompts every run)."""
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(shortest, longest, (count,), generator=gen).tolist()
+    return [torch.randint(100, vocab - 100, (n,), generator=gen).tolist() for n in lengths]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="qwen2.5-1.5b")
@@ -44,10 +52,7 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=64)
     args = p.parse_args()
     model = random_model(preset(args.shape), device="cuda", dtype=torch.bfloat16, max_context=2048)
-    gen = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    lengths = torch.randint(300, 1500, (args.prompts,), generator=gen).tolist()
-    prompts = [torch.randint(100, vocab - 100, (n,), generator=gen).tolist() for n in lengths]
+    prompts = random_prompts(model.config.vocab_size, args.prompts, 300, 1500)
     sampling = SamplingParams(temperature=0.0, max_tokens=args.new_tokens)
     generate_batch(model, prompts[: args.batch], sampling, batch_size=args.batch)  # warm-up: kernels, graphs
     outputs = {}

@@ -24,6 +24,7 @@ import torch
 from engine import BatchTimes, SamplingParams, generate_batch, random_model
 from engine.batching import decode
 from engine.network.config import preset
+from prefill_ab import random_prompts  # bench/gpu/, this script's folder
 
 PROFILED = (40, 45)  # prefill forwards (after the warm-up run) traced by the profiler
 
@@ -36,10 +37,8 @@ def main() -> None:
     p.add_argument("--mean-reply", type=int, default=400, help="tokens a reply runs on average")
     args = p.parse_args()
     model = random_model(preset(args.shape), device="cuda", dtype=torch.bfloat16, max_context=2304)
-    gen = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
-    lengths = torch.randint(150, 1400, (args.prompts,), generator=gen).tolist()
-    prompts = [torch.randint(100, vocab - 100, (n,), generator=gen).tolist() for n in lengths]
+    prompts = random_prompts(vocab, args.prompts, 150, 1400)
     stops = list(range(50, vocab, args.mean_reply))  # about one token in mean_reply ends a reply
     sampling = SamplingParams(temperature=1.0, max_tokens=768, seed=1)
     generate_batch(model, prompts[: args.batch], sampling, stop_ids=stops, batch_size=args.batch)  # warm-up
