@@ -21,8 +21,8 @@
 #                          keep them as bench/dflash-data/more/greedy.jsonl.gz ...)
 #   profile [LAYERS]       where a training step's time goes (2 layers unless LAYERS; batch 8, 16, 32,
 #                          or BATCHES="16 32"; the largest CUDA kernels of batch 16, or TRACE_BATCH's;
-#                          the drafter vocabulary train-dflash drafts over), before training; NO_CUDNN=1:
-#                          cuDNN's attention left out of torch's choice (a plan per new shape);
+#                          the drafter vocabulary train-dflash drafts over), before training; CUDNN=1:
+#                          cuDNN's attention among torch's choices (the engine leaves it out: a plan per shape);
 #                          SHAPE=qwen2.5-1.5b: that shape's random weights, no pack needed (while staging)
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a
 #                          step (default 8) at peak learning rate LR (default 6e-4), started from the target's
@@ -102,7 +102,7 @@ profile)
   for batch in ${BATCHES:-8 16 32}; do
     trace=""; [ "$batch" = "${TRACE_BATCH:-16}" ] && trace="--trace 12"
     timeout 200 python3 bench/gpu/dflash_step_profile.py $model $DATA/prompts.jsonl $DATA/greedy.jsonl \
-      --layers "${2:-2}" --batch-size $batch --anchors 256 --steps 10 $trace ${NO_CUDNN:+--no-cudnn} 2>&1 \
+      --layers "${2:-2}" --batch-size $batch --anchors 256 --steps 10 $trace ${CUDNN:+--cudnn} 2>&1 \
       | grep -v "Warn\|warn\|tokenizer" | tail -24
   done
   ;;

@@ -18,9 +18,11 @@ import statistics
 import time
 
 import torch
+from torch.nn.attention import SDPBackend
 
 from engine import load_model, random_model
 from engine.network.config import preset
+from engine.runtime import attention
 from engine.speculation.proposers.dflash.training.blocks import sample_anchors
 from engine.speculation.proposers.dflash.training.data import read_jsonl, read_samples
 from engine.speculation.proposers.dflash.training.forward import batch_states, block_loss
@@ -82,11 +84,11 @@ def main() -> None:
                    help="after the timed steps, profile two more and print the N kernels of most device time")
     p.add_argument("--random", action="store_true",
                    help="MODEL is a shape with random weights; the samples keep the real ones' lengths")
-    p.add_argument("--no-cudnn", action="store_true",
-                   help="leave cuDNN's attention out of torch's choice (it builds a plan per new shape)")
+    p.add_argument("--cudnn", action="store_true",
+                   help="cuDNN's attention among torch's choices (the engine leaves it out: a plan per new shape)")
     args = p.parse_args()
-    if args.no_cudnn:
-        torch.backends.cuda.enable_cudnn_sdp(False)
+    if args.cudnn:
+        attention.FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
     count = 64 * args.batch_size
     if args.random:
         cuda = torch.cuda.is_available()

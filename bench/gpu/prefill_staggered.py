@@ -10,7 +10,8 @@ hundred stop ids, so replies end one by one (about 400 tokens on average) and pr
 admitted a few at a time, as in the real runs. Each prefill forward is timed alone (synchronised
 before and after), and a few in the middle of the run are profiled: the tables say whether a
 small forward's time is its kernels, the host launching them, or something else (allocation,
-compilation, a cuDNN plan per shape: the run is repeated with cuDNN's attention left out).
+compilation, a cuDNN plan per shape: the run is repeated with cuDNN's attention among torch's
+choices, which the engine leaves out).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import time
 from collections import defaultdict
 
 import torch
+from torch.nn.attention import SDPBackend
 
 from engine import BatchTimes, SamplingParams, generate_batch, random_model
 from engine.batching import decode
 from engine.network.config import preset
+from engine.runtime import attention
 from prefill_ab import random_prompts  # bench/gpu/, this script's folder
 
 PROFILED = (40, 45)  # prefill forwards (after the warm-up run) traced by the profiler
@@ -66,13 +69,13 @@ def main() -> None:
     generate_batch(model, prompts, sampling, stop_ids=stops, batch_size=args.batch, times=times)
     decode.BatchDecoder._prefill_chunk = original
     print(times.summary())
-    # the same run with cuDNN's attention left out of torch's choice: it builds a plan for each
-    # new shape (hundreds of ms, by other projects' reports), and prefill shapes rarely repeat
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    without = BatchTimes()
-    generate_batch(model, prompts, sampling, stop_ids=stops, batch_size=args.batch, times=without)
-    torch.backends.cuda.enable_cudnn_sdp(True)
-    print(f"without cuDNN attention: {without.summary()}")
+    # the same run with cuDNN's attention among torch's choices (the engine leaves it out: it
+    # builds a plan per call shape on the host, and prefill shapes rarely repeat)
+    attention.FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+    cudnn = BatchTimes()
+    generate_batch(model, prompts, sampling, stop_ids=stops, batch_size=args.batch, times=cudnn)
+    attention.FUSED_BACKENDS.remove(SDPBackend.CUDNN_ATTENTION)
+    print(f"with cuDNN attention: {cudnn.summary()}")
 
     print("\nprefill forwards by prompt tokens (timed alone)")
     print(f"{'tokens':>12} {'forwards':>9} {'prompts':>8} {'ms each':>9} {'ms / 1k tokens':>15} {'rows running':>13}")

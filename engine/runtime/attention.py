@@ -12,10 +12,31 @@ what lets a step be captured in a CUDA graph; it must match the reference.
 
 from __future__ import annotations
 
+import os
+
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.limits import MAX_STEP
 from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
+
+
+# torch's fused attention without cuDNN's kernel, which torch prefers on Hopper: cuDNN builds or
+# looks up an execution plan per call on the host, 2.3 ms a call in a batched prefill on the H200
+# (torch 2.11), and a prompt, a recompute of past states or a training batch is a new shape nearly
+# every time; without it that prefill ran 2.7x faster and a recompute of 32 tokens' states took
+# 25 ms of host time for 4 of the GPU's (bench/RESULTS.md, sixteenth run). Its backward also
+# failed mid-run on some of the DFlash trainer's masked shapes (an illegal address).
+# SPECCHAT_CUDNN_ATTENTION=1 lets torch choose it again, for an A/B.
+FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+if os.environ.get("SPECCHAT_CUDNN_ATTENTION") == "1":
+    FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+
+
+def sdpa(*args, **kwargs) -> torch.Tensor:
+    """torch's scaled_dot_product_attention among FUSED_BACKENDS."""
+    with sdpa_kernel(FUSED_BACKENDS):
+        return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
 
 
 def paged_attention(
@@ -94,7 +115,7 @@ def fused_attention(
     mask = None
     if causal and t < n:
         mask = torch.arange(n, device=q.device)[None, :] <= torch.arange(n - t, n, device=q.device)[:, None]
-    out = torch.nn.functional.scaled_dot_product_attention(
+    out = sdpa(
         q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=mask,
         is_causal=causal and t == n, scale=scale, enable_gqa=grouped,
     )
@@ -135,7 +156,7 @@ def padded_prompt_attention(
     if not grouped:  # as in fused_attention: copy K/V per head for CUDA's fused kernels
         group = h // keys.shape[2]
         keys, values = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
-    out = torch.nn.functional.scaled_dot_product_attention(
+    out = sdpa(
         q[padded.gather].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=True,
         scale=scale, enable_gqa=grouped,
     )  # [B, H, L, D]

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.errors import EngineError
 from engine.network.decoder import rope, rope_tables
+from engine.runtime.attention import sdpa
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.dflash.training.blocks import (
     Blocks,
@@ -92,7 +92,7 @@ def dense_layer(layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) ->
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = rope(q, cos, sin), rope(k, cos, sin)
     heads = [t.view(b, s, -1, attn.head_dim).transpose(1, 2) for t in (q, k, v)]
-    out = F.scaled_dot_product_attention(*heads, is_causal=True, scale=attn.scale, enable_gqa=True)
+    out = sdpa(*heads, is_causal=True, scale=attn.scale, enable_gqa=True)
     x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, attn.q_size))
     return x + layer.mlp(layer.post_attention_layernorm(x))
 
@@ -105,9 +105,6 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, head_dim: int, theta: float
 
 
 CHUNK_BLOCKS = 32  # blocks whose queries attend in one call (see drafter_hidden)
-# The masked attention's kernels, cuDNN's left out: on the H200 (torch 2.11) its backward failed
-# mid-run on some samples' shapes ("mha_graph.execute ... is_good()", then an illegal address)
-MASKED_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
 def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: torch.Tensor, blocks: Blocks,
@@ -149,12 +146,11 @@ def drafter_hidden(drafter: DFlashDrafter, embed, states: torch.Tensor, ids: tor
         ck, cv, k, v = (t.transpose(1, 2).repeat_interleave(group, dim=1) for t in (ck, cv, k, v))  # [b, H, ., D]
         q = q.transpose(1, 2)  # [b, H, Q, D]
         outs = []
-        with sdpa_kernel(MASKED_BACKENDS):
-            for (first, count), mask in zip(chunks, masks, strict=True):
-                own = slice(first * cfg.block_size, (first + count) * cfg.block_size)
-                outs.append(F.scaled_dot_product_attention(
-                    q[:, :, own], torch.cat([ck, k[:, :, own]], dim=2), torch.cat([cv, v[:, :, own]], dim=2),
-                    attn_mask=mask, scale=attn.scale))  # [b, H, count * B, D]
+        for (first, count), mask in zip(chunks, masks, strict=True):
+            own = slice(first * cfg.block_size, (first + count) * cfg.block_size)
+            outs.append(sdpa(
+                q[:, :, own], torch.cat([ck, k[:, :, own]], dim=2), torch.cat([cv, v[:, :, own]], dim=2),
+                attn_mask=mask, scale=attn.scale))  # [b, H, count * B, D]
         out = torch.cat(outs, dim=2)
         x = x + attn.o_proj(out.transpose(1, 2).flatten(2))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
