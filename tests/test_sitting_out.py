@@ -190,9 +190,11 @@ class LongSitOut(Scripted):
     script = [3, 0, 0, 0, 0, 0, 0, 3, 3]
 
 
-def long_reply(target, proposer, sampling, monkeypatch, kept: list):
+def long_reply(target, proposer, sampling, monkeypatch, kept: list, taps_off_after: int = 2 * MAX_STEP):
     """A reply of LongSitOut's choices; `kept` gets, per target step or run, its kind ("verify"
-    for a step of drafts, "prefill", or "run") and whether the target kept states for it."""
+    for a step of drafts, "prefill", or "run") and whether the target kept states for it. The
+    target stops keeping states after `taps_off_after` tokens sat out (within LongSitOut's six runs)."""
+    monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", taps_off_after)
     def step_kind(seq, ids, *a, **k):
         kind = "prefill" if len(ids) == len(PROMPT) else "verify" if len(ids) > 1 else "step"
         return kind, bool(target.state_layers), len(ids)
@@ -224,8 +226,8 @@ def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(
     counted(monkeypatch, proposer, "fill", filled, lambda states: states.shape[0])
     gen, steps, policy = long_reply(target, proposer, sampling, monkeypatch, kept)
     first_reply = list(kept)  # the next reply's calls are counted in `kept` as well
-    monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", 10**9)
-    kept_gen, kept_steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, [])
+    kept_gen, kept_steps, _ = long_reply(target, DFlashProposer(drafter, k=AUTO), sampling, monkeypatch, [],
+                                         taps_off_after=10**9)
     assert filled and all(n > 0 for n in filled)
     assert [s.drafts for s in steps] == [s.drafts for s in kept_steps]
     assert gen.tokens == kept_gen.tokens
@@ -235,7 +237,8 @@ def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(
     assert sum(filled) == sum(n for kind, keeps, n in first_reply[:last] if kind == "run" and not keeps) > 0
 
 
-def test_missing_counts_the_tokens_run_without_states(target, drafter):
+def test_missing_counts_the_tokens_run_without_states(target, drafter, monkeypatch):
+    monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", 2 * MAX_STEP)
     proposer = DFlashProposer(drafter, k=AUTO)
     proposer.attach(target, SamplingParams())
     try:
@@ -265,6 +268,7 @@ def test_states_are_computed_again_with_the_cache_all_but_full(target, drafter, 
                               max_tokens=60)
     expected = generate(target, prompt, sampling)
     filled = []
+    monkeypatch.setattr(dflash, "TAPS_OFF_AFTER", 2 * MAX_STEP)
     proposer = DFlashProposer(drafter, k=AUTO)
     counted(monkeypatch, proposer, "fill", filled, lambda states: states.shape[0])
     policy = LongSitOut(target)

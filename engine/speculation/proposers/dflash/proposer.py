@@ -24,11 +24,11 @@ A drafter that sits steps out (k "auto" chose plain steps or another proposer) k
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
 pass's graph, more by an extension of their own first (on CUDA context-only graph replays,
 `DrafterGraphs.extend`). That catch-up is what `behind` reports, so the adaptive policy prices it.
-Keeping states costs the target's steps some 5 % (0.065 ms a token on the H200's Coder-1.5B), so
-a drafter that has sat out TAPS_OFF_AFTER tokens in a row lets the target stop keeping them; the
-states of the tokens it then misses (`missing`) are computed again, from the cache, just before
-it drafts next (the generation's `fill`, part of the catch-up): a copy that runs on for hundreds
-of tokens costs one prefill-like pass instead of a tax on every step.
+Keeping states costs the target's chained steps some 2 % (0.02 ms a token on the H200's
+Coder-1.5B), so a drafter that has sat out TAPS_OFF_AFTER tokens in a row lets the target stop
+keeping them; the states of the tokens it then misses (`missing`) are computed again, from the
+cache, just before it drafts next (the generation's `fill`, part of the catch-up). That pass runs
+eagerly, some 27 ms of host time however few its tokens, so it pays only after a very long copy.
 """
 
 from __future__ import annotations
@@ -41,31 +41,32 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
 from engine.runtime.sampling import DRAFT, GREEDY, probabilities, sample
+from engine.speculation.context_states import CHUNK
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.dflash import RANDOM
 from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
 from engine.speculation.proposers.dflash.network import DFlashDrafter
 from engine.speculation.proposers.spec import ProposerOptions
 
-# A catch-up (more than a step's worth of states taken in before a pass) taken op by op from the
-# host cost 0.75 ms whatever its length on the H200 (Coder-1.5B target, 2-layer drafter, tenth
-# run), 0.6 of a plain step; on CUDA it now replays context-only graphs (graphs.py), a few small
-# kernels each, not yet timed (bench/gpu/dflash_costs.py times it). A fifth of a plain step until
-# then: it is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
+# A catch-up of held states (more than a step's worth taken in before a pass) replays the
+# drafter's context-only graphs (graphs.py): 0.25 ms for 32 tokens, 0.34 for 128 on the H200
+# (Coder-1.5B target, 2-layer drafter; bench/gpu/dflash_costs.py, sixteenth run), a fifth of a
+# plain step. It is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.2
-# Tokens whose states the target computes again in the time of one plain step (a 256-token pass
-# through the fused layers, some two steps' time on the H200's Coder-1.5B: a guess until timed).
-RECOMPUTED_PER_STEP = 128
+# States computed again (after TAPS_OFF_AFTER) cost an eager pass of the target per chunk
+# (context_states.CHUNK tokens), bound by its host's launches: 26-33 ms for 32-128 tokens, 62 for
+# 512 on the same machine, some 20 plain steps a chunk.
+RECOMPUTE_STEPS = 20
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
 # by one extension (memory stays bounded in a long reply; the launches come once per HOLD tokens).
 HOLD = 16 * MAX_STEP
-# Tokens sat out in a row before the target stops keeping states for the drafter (see above): a
-# drafter that loses a step often drafts again within a few, when keeping them costs less than
-# computing them again (a pass of the target from the host, some milliseconds: about what keeping
-# 32 tokens' states costs; a guess until timed on the GPU).
-TAPS_OFF_AFTER = 2 * MAX_STEP
+# Tokens sat out in a row before the target stops keeping states for the drafter (see above):
+# keeping them costs 0.02 ms a token and computing them again some 27 ms, the price of keeping
+# them for over a thousand tokens, so only a drafter left out that long lets them go (at 32, the
+# sixteenth run's proposer auto lost 18 % on the conversation to comebacks priced as cheap).
+TAPS_OFF_AFTER = 1024
 
 
 class DFlashProposer(Proposer):
@@ -169,9 +170,12 @@ class DFlashProposer(Proposer):
         return waiting if waiting > MAX_STEP else 0
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
-        # past a step's worth the states were mostly let go (TAPS_OFF_AFTER), so the target runs
-        # over them again: a cost that grows with their number
-        return (CATCH_UP_SHARE + behind / RECOMPUTED_PER_STEP) * step_cost(self.drafter.target)(1)
+        # held states go in through the drafter's graphs; past TAPS_OFF_AFTER they were let go,
+        # and the target runs over them again, chunk by chunk
+        steps = CATCH_UP_SHARE
+        if behind > TAPS_OFF_AFTER:
+            steps += RECOMPUTE_STEPS * -(-behind // CHUNK)
+        return steps * step_cost(self.drafter.target)(1)
 
     def known_acceptance(self) -> list[float] | None:
         return self.drafter.measured
