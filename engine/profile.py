@@ -25,9 +25,11 @@ from engine.errors import EngineError
 from engine.loading.gguf_convert import hf_config
 from engine.runtime.model import Model
 from engine.runtime.sampling import GREEDY
+from engine.speculation.proposers.dflash.vocab import DEFAULT_SIZE as DEFAULT_DRAFT_VOCAB
 
 CHAIN = 15  # one-token steps of a chain: a draft model's longest proposal
-DRAFTER_LAYERS = (2, 5)  # DFlash drafters timed: train-dflash's default depth, z-lab's published one
+DRAFTER_LAYERS = (2, 5)  # DFlash drafters timed: train-dflash's default depth, z-lab's published one,
+# each over the whole vocabulary (z-lab's) and over train-dflash's default drafter vocabulary
 KINDS = {  # kernel name fragments -> part of a step
     "attention": ("_attend_split", "_merge_splits"),
     "norm/rope/act": ("_add_rms_norm", "_silu_mul", "_qk_rope_store"),
@@ -54,8 +56,9 @@ def profile_steps(model: Model, name: str, contexts: list[int], lengths: list[in
         del eager_model
     result["chain_ms"] = {CHAIN: chain_ms(model, contexts[0], CHAIN, max(5, repeats // 5))}
     if drafter:  # (a random drafter is made on the CPU and written out first: seconds for a 4B's)
-        result["drafter_pass_ms"] = {layers: drafter_pass_ms(model, contexts[0], max(5, repeats // 5), layers)
-                                     for layers in DRAFTER_LAYERS}
+        result["drafter_pass_ms"] = {
+            drafter_key(layers, vocab): drafter_pass_ms(model, contexts[0], max(5, repeats // 5), layers, vocab)
+            for layers in DRAFTER_LAYERS for vocab in (0, DEFAULT_DRAFT_VOCAB)}
     result["linears_ms"] = {t: linears_graph_ms(model, t, repeats) for t in (1, max(lengths))}
     result["parts"] = {t: step_parts(model, contexts[0], t) for t in (1, max(lengths))}
     if transformers:
@@ -156,10 +159,16 @@ def chain_ms(model: Model, context: int, n: int, repeats: int) -> float:
         seq.release()
 
 
-def drafter_pass_ms(model: Model, context: int, repeats: int, layers: int) -> float:
+def drafter_key(layers: int, vocab: int) -> str:
+    """How the step bench names a drafter it timed."""
+    return f"{layers} layers, " + (f"{vocab:,}-token vocabulary" if vocab else "whole vocabulary")
+
+
+def drafter_pass_ms(model: Model, context: int, repeats: int, layers: int, vocab: int = 0) -> float:
     """Device time of a DFlash drafter's pass for this model (random weights, `layers` layers of
-    the target's shape), `context` tokens into a reply: the proposal of a whole block, the one new
-    token's states taken in first, as each drafting step does."""
+    the target's shape, drafting over `vocab` of its tokens, 0: all), `context` tokens into a
+    reply: the proposal of a whole block, the one new token's states taken in first, as each
+    drafting step does."""
     import tempfile
     from pathlib import Path
 
@@ -168,7 +177,7 @@ def drafter_pass_ms(model: Model, context: int, repeats: int, layers: int) -> fl
     from engine.speculation.registry import load_proposer
 
     with tempfile.TemporaryDirectory() as tmp:  # weights read while it exists
-        folder = write_random_drafter(Path(tmp) / "drafter", model, num_layers=layers)
+        folder = write_random_drafter(Path(tmp) / "drafter", model, num_layers=layers, draft_vocab=vocab)
         proposer = load_proposer("dflash", model, ProposerOptions({"dflash": str(folder)})).make()
         proposer.attach(model, GREEDY)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine import AUTO, DTYPES, MAX_K, proposer_specs
+from engine import AUTO, DEFAULT_DRAFT_VOCAB, DTYPES, MAX_K, proposer_specs
 
 BATCH_INVARIANT_HELP = (
     "GPU: compute each token the same way in decode and verify steps, so bf16 replies with "
@@ -137,7 +137,7 @@ def add_train_arguments(p) -> None:
     p.add_argument("--gamma", type=float, default=7.0,
                    help="the loss weight of block position i is exp(-(i-1)/gamma) (default 7, the paper's for "
                         "blocks of 16): smaller puts the first drafts first")
-    p.add_argument("--draft-vocab", type=int, default=32768, metavar="N",
+    p.add_argument("--draft-vocab", type=int, default=DEFAULT_DRAFT_VOCAB, metavar="N",
                    help="draft over the N tokens the training replies use most (their rows of lm_head: a "
                         "cheaper loss and drafter pass; written beside the drafter as draft_vocab.json; "
                         "default 32768, measured faster to train and better in equal time); 0: the "

@@ -6,12 +6,13 @@ import json
 import pytest
 import torch
 
-from engine import DFlashProposer, Generation, SamplingParams, generate, load_drafter
+from engine import DFlashProposer, Generation, SamplingParams, generate, load_drafter, write_random_drafter
 from engine.errors import EngineError
 from engine.speculation.proposers.dflash.training.evaluate import measure_tau
 from engine.speculation.proposers.dflash.training.forward import block_loss
 from engine.speculation.proposers.dflash.training.trainer import Trainer
 from engine.speculation.proposers.dflash.vocab import DraftVocab, frequent_tokens, read_vocab, write_vocab
+from tests.conftest import tiny_model
 from tests.dflash_corpus import settings
 
 
@@ -85,3 +86,14 @@ def test_a_drafter_trained_over_its_own_vocabulary_drafts_only_those_tokens_and_
                                      speculative=DFlashProposer(drafter))
               for t in step.drafts}
     assert drafts and drafts <= set(written)  # it drafts only its own tokens
+
+
+def test_a_random_drafter_can_draft_over_a_vocabulary_of_its_own_as_trained_ones_do(tmp_path):
+    """The step bench times drafters of the shape train-dflash writes: a vocabulary of N tokens."""
+    target = tiny_model()
+    drafter = load_drafter(str(write_random_drafter(tmp_path, target, num_layers=1, draft_vocab=40)), target)
+    assert len(drafter.vocab) == 40 and read_vocab(tmp_path) == list(range(40))
+    drafts = drafter.draft([torch.randn(5, len(drafter.state_layers) * target.config.hidden_size)], 3)
+    assert drafts.shape == (drafter.block_size - 1,) and int(drafts.max()) < 40
+    plain = load_drafter(str(write_random_drafter(tmp_path / "whole", target, num_layers=1)), target)
+    assert plain.vocab is None

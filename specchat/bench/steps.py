@@ -53,8 +53,9 @@ def print_report(r: dict) -> None:
         print(line)
     for n, ms in r.get("chain_ms", {}).items():
         print(f"chain of {n} one-token steps (a draft model's proposal of {n}): {ms:.3f} ms")
-    for layers, ms in r.get("drafter_pass_ms", {}).items():
-        print(f"DFlash drafter pass ({layers} layers, random weights): {ms:.3f} ms")
+    for drafter, ms in r.get("drafter_pass_ms", {}).items():
+        drafter = f"{drafter} layers, whole vocabulary" if str(drafter).isdigit() else drafter  # older files
+        print(f"DFlash drafter pass ({drafter}, random weights): {ms:.3f} ms")
     for t, ms in r["linears_ms"].items():
         print(f"cuBLAS linears alone, one graph, {t} token(s): {ms:.3f} ms = {ms / floor:.2f}x floor")
     for t, p in r["parts"].items():

@@ -191,12 +191,15 @@ def write_random_drafter(
     mask_token_id: int | None = None,
     seed: int = 0,
     std: float = 0.02,
+    draft_vocab: int = 0,
 ) -> Path:
     """Write a random-weight drafter for `target` in z-lab's format (config.json + model.safetensors).
 
     Its drafts are noise: it shows that the DFlash path runs and what a pass costs, never how
     well DFlash drafts. Layer shapes follow the target's, as z-lab's drafters do; it reads
-    distinct target layers, by z-lab's rule where the target is deep enough for it."""
+    distinct target layers, by z-lab's rule where the target is deep enough for it. With
+    `draft_vocab` N it drafts over N of the target's tokens (draft_vocab.json, as train-dflash
+    writes by default; the first N ids: a pass costs the same whichever they are)."""
     from safetensors.torch import save_file
 
     cfg = drafter_config(target, num_layers, block_size, mask_token_id)
@@ -209,4 +212,6 @@ def write_random_drafter(
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(cfg.to_zlab(), indent=2))
     save_file(tensors, str(directory / "model.safetensors"))
+    if draft_vocab:
+        write_vocab(directory, list(range(min(draft_vocab, target.config.vocab_size))))
     return directory
