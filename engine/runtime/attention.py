@@ -33,10 +33,13 @@ if os.environ.get("SPECCHAT_CUDNN_ATTENTION") == "1":
     FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
 
 
-def sdpa(*args, **kwargs) -> torch.Tensor:
-    """torch's scaled_dot_product_attention among FUSED_BACKENDS."""
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """torch's scaled_dot_product_attention, among FUSED_BACKENDS on CUDA (on the CPU, where
+    cuDNN has no kernel, the choice would only cost each call some 30 us of host time)."""
+    if not q.is_cuda:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
     with sdpa_kernel(FUSED_BACKENDS):
-        return torch.nn.functional.scaled_dot_product_attention(*args, **kwargs)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def paged_attention(
