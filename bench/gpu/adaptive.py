@@ -7,7 +7,8 @@
    (proposer, k), each proposer at k auto, and auto / auto, over all turns; the median of
    --conversation-repeats rounds (a single pass of some 0.6 s moved 5-10 % between runs), and
    the rate in tokens a second beside it (bf16 near-ties let settings write replies of other
-   lengths).
+   lengths); then turn by turn, with the ceiling of a proposer chosen per turn (every turn at
+   its fastest fixed setting), which says how much proposer auto could gain with these proposers.
 
     python bench/gpu/adaptive.py [--model qwen2.5-coder-1.5b] [--draft qwen2.5-coder-0.5b] [--dflash DIR]
 
@@ -85,21 +86,23 @@ def conversation(args) -> None:
     stop = target.stop_ids()
     # every setting once a round, rounds one after another: a drift of the machine's speed
     # spreads over all settings instead of landing on the last ones; each setting's median kept
-    runs: dict[str, list[tuple[float, int]]] = {name: [] for name, _ in settings}
+    runs: dict[str, list[tuple[float, int, list]]] = {name: [] for name, _ in settings}
     for round_ in range(args.conversation_repeats):
         for name, make in settings:
-            decode_s, tokens = one_conversation(target, make(), turns, sampling, stop)
-            runs[name].append((decode_s, tokens))
+            per_turn = one_conversation(target, make(), turns, sampling, stop)
+            decode_s, tokens = sum(s for s, _ in per_turn), sum(n for _, n in per_turn)
+            runs[name].append((decode_s, tokens, per_turn))
             print(f"round {round_ + 1}: {name:14} {decode_s:7.3f} s  {tokens:5d} tokens  "
                   f"{tokens / decode_s:7.1f} tok/s", file=sys.stderr)
-    figures = {name: sorted(r)[len(r) // 2] for name, r in runs.items()}  # the median run by time
+    medians = {name: sorted(r, key=lambda run: run[0])[len(r) // 2] for name, r in runs.items()}  # by time
+    figures = {name: (s, n) for name, (s, n, _) in medians.items()}
     auto_s, auto_n = figures["auto / auto"]
     print(f"\n## the conversation ({len(turns)} turns, greedy, up to {args.max_new_tokens} tokens a reply, "
           f"median of {args.conversation_repeats})\n")
     print("| setting | decode s | tokens | tok/s | spread of runs | auto / auto is faster by | by tok/s |")
     print("|---|---|---|---|---|---|---|")
     for name, (s, n) in figures.items():
-        times = [t for t, _ in runs[name]]
+        times = [t for t, _, _ in runs[name]]
         print(f"| {name} | {s:.3f} | {n} | {n / s:.1f} | {(max(times) - min(times)) / s:.0%} | "
               f"{s / auto_s:.3f}x | {(auto_n / auto_s) / (n / s):.3f}x |")
     fixed = {n: v for n, v in figures.items() if "auto" not in n}
@@ -107,21 +110,40 @@ def conversation(args) -> None:
     rate = (auto_n / auto_s) / (fixed[best][1] / fixed[best][0])
     print(f"\nbest fixed setting: {best}; auto / auto over it: {fixed[best][0] / auto_s:.3f}x by decode time, "
           f"{rate:.3f}x by tokens a second (target >= 1.10)")
+    turn_by_turn(medians, turns, best)
 
 
-def one_conversation(target, proposer, turns: list[str], sampling: SamplingParams, stop) -> tuple[float, int]:
-    """(decode seconds, tokens) of every turn of the conversation with one proposer, whose
+def turn_by_turn(medians: dict, turns: list[str], best: str) -> None:
+    """Each turn's ms a token under the fixed settings' median runs and auto / auto's, and the
+    ceiling a proposer choice per turn could reach: every turn at its fastest fixed setting."""
+    fixed = [name for name in medians if "auto" not in name]
+    print("\n| turn | " + " | ".join(fixed) + " | fastest fixed | auto / auto |")
+    print("|---|" + "---|" * (len(fixed) + 2))
+    ceiling = 0.0
+    for i in range(len(turns)):
+        rates = {name: medians[name][2][i] for name in fixed}  # (s, tokens)
+        fastest = min(fixed, key=lambda name: rates[name][0] / max(1, rates[name][1]))
+        ceiling += rates[fastest][0] / max(1, rates[fastest][1]) * rates[best][1]
+        cells = " | ".join(f"{1e3 * s / max(1, n):.3f}" for s, n in rates.values())
+        auto_s, auto_n = medians["auto / auto"][2][i]
+        print(f"| {i + 1} | {cells} | {fastest} | {1e3 * auto_s / max(1, auto_n):.3f} |")
+    print(f"\nms a token per turn. Each turn at its fastest fixed setting (the best fixed setting's tokens): "
+          f"{ceiling:.3f} s, {medians[best][0] / ceiling:.3f}x the best fixed setting: the most a proposer "
+          "chosen per turn could gain here")
+
+
+def one_conversation(target, proposer, turns: list[str], sampling: SamplingParams, stop) -> list[tuple[float, int]]:
+    """(decode seconds, tokens) of each turn of the conversation with one proposer, whose
     estimates carry from turn to turn as a chat's do; a warm-up reply to the first turn first."""
-    history, decode_s, tokens = [], 0.0, 0
+    history, per_turn = [], []
     ids = target.encode_chat([{"role": "user", "content": turns[0]}])
     timed_generate(target, ids, sampling, stop, proposer)  # warm-up, untimed
     for turn in turns:
         history.append({"role": "user", "content": turn})
         run = timed_generate(target, target.encode_chat(history), sampling, stop, proposer)
         history.append({"role": "assistant", "content": target.tokenizer.decode(run.tokens)})
-        decode_s += run.decode_s
-        tokens += len(run.tokens) - 1
-    return decode_s, tokens
+        per_turn.append((run.decode_s, len(run.tokens) - 1))
+    return per_turn
 
 
 if __name__ == "__main__":
