@@ -62,7 +62,7 @@ _ROOMS = {
     "Proposal": ("engine.speculation.proposers.base", "Proposal"),
     "Proposer": ("engine.speculation.proposers.base", "Proposer"),
     "RANDOM_DRAFTER": ("engine.speculation.proposers.dflash", "RANDOM"),
-    "DEFAULT_DRAFT_VOCAB": ("engine.speculation.proposers.dflash.vocab", "DEFAULT_SIZE"),
+    "DEFAULT_DRAFT_VOCAB": ("engine.limits", "DEFAULT_DRAFT_VOCAB"),
     "DFlashProposer": ("engine.speculation.proposers.dflash.proposer", "DFlashProposer"),
     "cached_drafter_dir": (_DRAFTER_FILES, "cached_drafter_dir"),
     "load_drafter": (_DRAFTER_FILES, "load_drafter"),

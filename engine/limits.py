@@ -12,6 +12,10 @@ MAX_STEP = 16  # longest verify step: the last token and up to 15 drafts
 MAX_K = MAX_STEP - 1  # drafts per step
 PAGE_SIZE = 16  # tokens per KV cache page
 AUTO = "auto"  # k chosen each step by the adaptive policy (engine/speculation/adaptive.py)
+# A DFlash drafter trained here drafts over the tokens its target's replies use most, this many
+# by default (train-dflash --draft-vocab): faster to train and better in equal time on the H200
+# (bench/RESULTS.md, twelfth run); see engine/speculation/proposers/dflash/vocab.py
+DEFAULT_DRAFT_VOCAB = 32768
 
 
 def check_k(k: int | str, max_k: int = MAX_K, why: str = "") -> int | str:

@@ -22,10 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import EngineError
+from engine.limits import DEFAULT_DRAFT_VOCAB
 from engine.loading.gguf_convert import hf_config
 from engine.runtime.model import Model
 from engine.runtime.sampling import GREEDY
-from engine.speculation.proposers.dflash.vocab import DEFAULT_SIZE as DEFAULT_DRAFT_VOCAB
 
 CHAIN = 15  # one-token steps of a chain: a draft model's longest proposal
 DRAFTER_LAYERS = (2, 5)  # DFlash drafters timed: train-dflash's default depth, z-lab's published one,

@@ -18,16 +18,21 @@ seq = model.new_sequence()
 ids = [(37 * i + 11) % 30000 + 100 for i in range(1600)]
 model.step(seq, ids[:-1], GREEDY, last_only=True)
 seq.release()
-for label, call in (
-    ("prefill of 1049 tokens", lambda: model.step(s := model.new_sequence(), ids[:1049], GREEDY, last_only=True)),
-):
-    call()
+
+
+def prefill() -> None:
+    seq = model.new_sequence()
+    model.step(seq, ids[:1049], GREEDY, last_only=True)
+    seq.release()
+
+
+prefill()
+torch.cuda.synchronize()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    prefill()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        call()
-        torch.cuda.synchronize()
-    print(label)
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
+print("prefill of 1049 tokens")
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=22, max_name_column_width=60))
 seq = model.new_sequence()
 model.step(seq, ids, GREEDY, last_only=True)
 context_states(model, seq, ids[-129:-1], 1600 - 129, (1, 7, 13))

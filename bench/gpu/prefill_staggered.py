@@ -21,13 +21,13 @@ import time
 from collections import defaultdict
 
 import torch
+from prefill_ab import random_prompts  # bench/gpu/, this script's folder
 from torch.nn.attention import SDPBackend
 
 from engine import BatchTimes, SamplingParams, generate_batch, random_model
 from engine.batching import decode
 from engine.network.config import preset
 from engine.runtime import attention
-from prefill_ab import random_prompts  # bench/gpu/, this script's folder
 
 PROFILED = (40, 45)  # prefill forwards (after the warm-up run) traced by the profiler
 

@@ -20,7 +20,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from engine.limits import MAX_STEP
 from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
 
-
 # torch's fused attention without cuDNN's kernel, which torch prefers on Hopper: cuDNN builds or
 # looks up an execution plan per call on the host, 2.3 ms a call in a batched prefill on the H200
 # (torch 2.11), and a prompt, a recompute of past states or a training batch is a new shape nearly

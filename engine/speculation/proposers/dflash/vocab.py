@@ -23,9 +23,6 @@ import torch
 from engine.errors import EngineError
 
 FILE = "draft_vocab.json"
-# train-dflash's default size (--draft-vocab): faster to train and better in equal time on the
-# H200 (bench/RESULTS.md, twelfth run)
-DEFAULT_SIZE = 32768
 
 
 def frequent_tokens(replies: list[list[int]], size: int) -> list[int]:
