@@ -329,3 +329,43 @@ def test_after_warm_up_a_reply_captures_no_graph(sampling):
         before = len(model.graphs.graphs), len(draft.graphs.graphs)
         generate(model, PROMPT, sampling, speculative=proposer)
         assert (len(model.graphs.graphs), len(draft.graphs.graphs)) == before, proposer
+
+
+
+def cuda_kernels(model: Model, calls) -> list[str]:
+    """Names of the CUDA kernels `calls(model)` launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        calls(model)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_long_steps_and_prompts_launch_no_cudnn_attention(monkeypatch):
+    """cuDNN plans each new call shape on the host (2.3 ms a call on the H200): a prompt, a long
+    step after cached tokens and the states computed again go to torch's other fused kernels.
+    With cuDNN allowed again, the same prompt does launch it: the check can see it."""
+    from torch.nn.attention import SDPBackend
+
+    from engine.runtime import attention
+    from engine.speculation.context_states import context_states
+
+    greedy = SamplingParams(temperature=0.0)
+    cpu = tiny_model("qwen2", hidden_size=256, num_heads=2, num_kv_heads=1, head_dim=128, intermediate_size=256)
+    model = on_cuda(cpu, eager=False, dtype=torch.bfloat16)
+
+    def prompt_then_more(model):
+        seq = model.new_sequence()
+        model.step(seq, list(range(3, 60)), greedy, last_only=True)
+        model.step(seq, list(range(5, 45)), greedy)  # 40 tokens after the prompt
+        context_states(model, seq, list(range(5, 45)), 57, (0, 1))
+        seq.release()
+
+    def prompt(model):
+        seq = model.new_sequence()
+        model.step(seq, list(range(3, 60)), greedy, last_only=True)
+        seq.release()
+
+    kernels = cuda_kernels(model, prompt_then_more)
+    assert kernels and not [k for k in kernels if "cudnn" in k.lower()]
+    monkeypatch.setattr(attention, "FUSED_BACKENDS", [*attention.FUSED_BACKENDS, SDPBackend.CUDNN_ATTENTION])
+    assert any("cudnn" in k.lower() for k in cuda_kernels(model, prompt))
