@@ -46,6 +46,7 @@ class Scripted(AdaptivePolicy):
         super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
         self.choices = 0
         self.drafted: list[tuple[int, int]] = []  # (k, behind) of each drafting choice
+        self.recomputed: list[int] = []  # behind of each that computed let-go states again first
 
     def choose(self, proposers, context, limit):
         proposer = proposers[0]
@@ -54,9 +55,12 @@ class Scripted(AdaptivePolicy):
         self.estimates(proposer)
         if not k:
             return Choice(None, 0, plain_seconds=1e-3, steps=RUN)
-        behind = proposer.behind(context)
+        behind, recompute = proposer.behind(context), proposer.missing(context) > 0
         self.drafted.append((k, behind))
-        return Choice(proposer, k, plain_seconds=1e-3, behind=behind, prompt=behind >= len(context) - 1)
+        if recompute:
+            self.recomputed.append(behind)
+        return Choice(proposer, k, plain_seconds=1e-3, behind=behind, prompt=behind >= len(context) - 1,
+                      recompute=recompute)
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +239,20 @@ def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(
     # proposal (those after its last one never were: the reply ended)
     last = max(i for i, (kind, _, _) in enumerate(first_reply) if kind == "verify")
     assert sum(filled) == sum(n for kind, keeps, n in first_reply[:last] if kind == "run" and not keeps) > 0
+
+
+def test_a_comeback_that_computes_states_again_is_priced_and_learnt_as_a_pass_of_the_target(
+        target, drafter, monkeypatch):
+    """Not as states kept for it: that catch-up costs a fifth of a step, this one a pass of the
+    target a chunk, however few its tokens."""
+    proposer = DFlashProposer(drafter, k=AUTO)
+    _, _, policy = long_reply(target, proposer, SAMPLINGS[0], monkeypatch, [])
+    assert policy.recomputed and all(b > 0 for b in policy.recomputed)
+    est, step = proposer.estimates, 1e-3  # the scripted policy's plain step
+    for b in policy.recomputed:
+        assert est.catch_up.seeded(catch_up_key(b, recompute=True)) >= dflash.RECOMPUTE_STEPS * step
+        assert est.catch_up.seeded(catch_up_key(b)) < step
+    assert {catch_up_key(b, recompute=True) for b in policy.recomputed} <= set(est.catch_up.measured)
 
 
 def test_missing_counts_the_tokens_run_without_states(target, drafter, monkeypatch):

@@ -29,7 +29,10 @@ stands in for.
 
 A draft model that sat steps out first runs the tokens it missed (`Proposer.behind`): that
 catch-up is part of coming back, so it is added to the option's cost, and learnt apart from the
-cost of drafting k, which only proposals in a run of drafting steps measure. One that holds
+cost of drafting k, which only proposals in a run of drafting steps measure; a catch-up that
+computes the target's states of the tokens again (a DFlash drafter that let the target stop
+keeping them, `Proposer.missing`) costs a pass of the target whatever its length, and is learnt
+apart from one that reads states kept for it. One that holds
 nothing of the reply yet (a chat's draft model; the bench's is primed) reads the prompt first
 whichever step it joins: that is its prefill, no cost of this step's choice.
 
@@ -82,6 +85,7 @@ class Choice:
     probe: bool = False  # taken to learn, not because it wins
     bucket: int = 1
     behind: int = 0  # tokens the proposer reads before drafting, beyond a run's (Proposer.behind)
+    recompute: bool = False  # ... whose target states are computed again first (Proposer.missing)
     catch_up: float = 0.0  # expected seconds of reading them, in `seconds`
     prompt: bool = False  # the proposer holds nothing of the reply yet: reading it is its prefill
     worth: float = 0.0  # R: tokens a second of this reply is worth
@@ -119,9 +123,11 @@ def best_k(tokens: list[float], drafting: list[float], verify: list[float], ks: 
     return best, best_tokens, best_seconds
 
 
-def catch_up_key(behind: int) -> int:
-    """Catch-ups are learnt per length up to a step's, then per step's worth of tokens."""
-    return behind if behind <= MAX_STEP else MAX_STEP * -(-behind // MAX_STEP)
+def catch_up_key(behind: int, recompute: bool = False) -> int:
+    """Catch-ups are learnt per length up to a step's, then per step's worth of tokens; those that
+    compute the target's states again under the negated key (their seed: Proposer.catch_up_seed)."""
+    key = behind if behind <= MAX_STEP else MAX_STEP * -(-behind // MAX_STEP)
+    return -key if recompute else key
 
 
 class Estimates:
@@ -140,8 +146,8 @@ class Estimates:
             found = self.buckets[bucket] = Acceptance(known=self.known)
         return found
 
-    def catching_up(self, behind: int) -> float:
-        return self.catch_up(catch_up_key(behind)) if behind > IN_RUN else 0.0
+    def catching_up(self, behind: int, recompute: bool = False) -> float:
+        return self.catch_up(catch_up_key(behind, recompute)) if behind > IN_RUN or recompute else 0.0
 
 
 class AdaptivePolicy:
@@ -197,7 +203,8 @@ class AdaptivePolicy:
             if free:
                 option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
             behind = proposer.behind(context)
-            self.place(option, bucket, behind, prompt=behind >= len(context) - 1)
+            self.place(option, bucket, behind, prompt=behind >= len(context) - 1,
+                       recompute=proposer.missing(context) > 0)
             options.append(option)
             if option.value > best.value:
                 best = option
@@ -237,13 +244,13 @@ class AdaptivePolicy:
         k, tokens, seconds = best_k(curve, drafting, verify, ks, worth)
         return Choice(proposer, k, tokens, seconds, verify[1], worth=worth)
 
-    def place(self, option: Choice, bucket: int, behind: int, prompt: bool) -> None:
+    def place(self, option: Choice, bucket: int, behind: int, prompt: bool, recompute: bool = False) -> None:
         """Set the option's bucket and how far behind its proposer is, and add the catch-up. A
         proposer that holds nothing of the reply reads the prompt first, whichever step it joins
         (a chat's draft model, not primed as the bench's is): that is its prefill, paid once a
         reply if it drafts at all, not the cost of this step."""
-        option.bucket, option.behind, option.prompt = bucket, behind, prompt
-        option.catch_up = 0.0 if prompt else option.proposer.estimates.catching_up(behind)
+        option.bucket, option.behind, option.prompt, option.recompute = bucket, behind, prompt, recompute
+        option.catch_up = 0.0 if prompt else option.proposer.estimates.catching_up(behind, recompute)
         option.seconds += option.catch_up
 
     def probe(self, option: Choice, limit: int, verify: list[float]) -> Choice:
@@ -252,7 +259,7 @@ class AdaptivePolicy:
         would ask with too few drafts); its expected tokens are still its estimates'."""
         asked = self.option(option.proposer, PRIOR_CURVE, limit, verify, option.worth)
         asked.tokens = option.proposer.estimates.acceptance(option.bucket).tokens()[asked.k]
-        self.place(asked, option.bucket, option.behind, option.prompt)
+        self.place(asked, option.bucket, option.behind, option.prompt, option.recompute)
         asked.probe = True
         return asked
 
@@ -299,9 +306,9 @@ class AdaptivePolicy:
         drafting = est.drafting(choice.k)
         if choice.prompt:
             seconds = step.verify_s + drafting  # its prefill is no probe's cost
-        elif choice.behind > IN_RUN:
+        elif choice.behind > IN_RUN or choice.recompute:
             # the proposal ran the tokens missed first: that time is the catch-up's, not drafting's
-            est.catch_up.add(catch_up_key(choice.behind), max(0.0, step.propose_s - drafting))
+            est.catch_up.add(catch_up_key(choice.behind, choice.recompute), max(0.0, step.propose_s - drafting))
         else:
             est.drafting.add(choice.k, step.propose_s)
         est.acceptance(choice.bucket).record(len(step.drafts), step.accepted)

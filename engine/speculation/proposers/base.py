@@ -118,7 +118,8 @@ class Proposer:
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
         """A first guess of the seconds a proposal `behind` tokens behind takes beyond one in a
-        run of drafting steps, before any catch-up was timed."""
+        run of drafting steps, before any catch-up was timed; `behind` below zero: -behind tokens
+        whose states are computed again first (adaptive.catch_up_key)."""
         return 0.0
 
     def prime(self, context: list[int]) -> None:

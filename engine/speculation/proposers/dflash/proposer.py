@@ -164,17 +164,18 @@ class DFlashProposer(Proposer):
 
     def behind(self, context: list[int]) -> int:
         # a pass takes in up to a step's worth of new states within its graph, as after any
-        # drafting step; more (steps sat out) it takes in by an extension of their own first: that
-        # is the catch-up
-        waiting = self.waiting() + self.missing(context)
-        return waiting if waiting > MAX_STEP else 0
+        # drafting step; more (steps sat out) it takes in by an extension of their own first, and
+        # states let go are computed again first however few: that is the catch-up
+        missing = self.missing(context)
+        waiting = self.waiting() + missing
+        return waiting if waiting > MAX_STEP or missing else 0
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
-        # held states go in through the drafter's graphs; past TAPS_OFF_AFTER they were let go,
-        # and the target runs over them again, chunk by chunk
+        # held states go in through the drafter's graphs; let-go ones (a key below zero) are
+        # computed again first, a pass of the target per chunk
         steps = CATCH_UP_SHARE
-        if behind > TAPS_OFF_AFTER:
-            steps += RECOMPUTE_STEPS * -(-behind // CHUNK)
+        if behind < 0:
+            steps += RECOMPUTE_STEPS * -(behind // CHUNK)
         return steps * step_cost(self.drafter.target)(1)
 
     def known_acceptance(self) -> list[float] | None:
