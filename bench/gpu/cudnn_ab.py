@@ -12,7 +12,6 @@ import argparse
 import time
 
 import torch
-from torch.nn.attention import SDPBackend
 
 from engine import SamplingParams, random_model
 from engine.network.config import preset
@@ -61,7 +60,7 @@ def main() -> None:
     model.warm_up(GREEDY)
     measure(model, 3, args.context)  # every kernel compiled once, at lengths not timed below
     without = measure(model, 0, args.context)
-    attention.FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+    attention.allow_cudnn()
     measure(model, 5, args.context)
     with_cudnn = measure(model, 1, args.context)
     print(f"{args.shape}, random weights, bf16 ({torch.__version__}): ms a call, host / wall")

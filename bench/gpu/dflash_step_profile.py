@@ -18,7 +18,6 @@ import statistics
 import time
 
 import torch
-from torch.nn.attention import SDPBackend
 
 from engine import load_model, random_model
 from engine.network.config import preset
@@ -88,7 +87,7 @@ def main() -> None:
                    help="cuDNN's attention among torch's choices (the engine leaves it out: a plan per new shape)")
     args = p.parse_args()
     if args.cudnn:
-        attention.FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+        attention.allow_cudnn()
     count = 64 * args.batch_size
     if args.random:
         cuda = torch.cuda.is_available()

@@ -22,7 +22,6 @@ from collections import defaultdict
 
 import torch
 from prefill_ab import random_prompts  # bench/gpu/, this script's folder
-from torch.nn.attention import SDPBackend
 
 from engine import BatchTimes, SamplingParams, generate_batch, random_model
 from engine.batching import decode
@@ -71,10 +70,10 @@ def main() -> None:
     print(times.summary())
     # the same run with cuDNN's attention among torch's choices (the engine leaves it out: it
     # builds a plan per call shape on the host, and prefill shapes rarely repeat)
-    attention.FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+    attention.allow_cudnn()
     cudnn = BatchTimes()
     generate_batch(model, prompts, sampling, stop_ids=stops, batch_size=args.batch, times=cudnn)
-    attention.FUSED_BACKENDS.remove(SDPBackend.CUDNN_ATTENTION)
+    attention.allow_cudnn(False)
     print(f"with cuDNN attention: {cudnn.summary()}")
 
     print("\nprefill forwards by prompt tokens (timed alone)")

@@ -28,8 +28,17 @@ from engine.runtime.step_io import BatchLayout, PaddedPrompts, StepContext
 # failed mid-run on some of the DFlash trainer's masked shapes (an illegal address).
 # SPECCHAT_CUDNN_ATTENTION=1 lets torch choose it again, for an A/B.
 FUSED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-if os.environ.get("SPECCHAT_CUDNN_ATTENTION") == "1":
-    FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+
+
+def allow_cudnn(on: bool = True) -> None:
+    """Let torch choose cuDNN's kernel again (on), or leave it out (the default)."""
+    if on and SDPBackend.CUDNN_ATTENTION not in FUSED_BACKENDS:
+        FUSED_BACKENDS.append(SDPBackend.CUDNN_ATTENTION)
+    elif not on and SDPBackend.CUDNN_ATTENTION in FUSED_BACKENDS:
+        FUSED_BACKENDS.remove(SDPBackend.CUDNN_ATTENTION)
+
+
+allow_cudnn(os.environ.get("SPECCHAT_CUDNN_ATTENTION") == "1")
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
