@@ -4,10 +4,22 @@ from itertools import pairwise
 
 import pytest
 
-from engine import AUTO, DraftProposer, Proposer, Step
+from engine import (
+    AUTO,
+    AutoProposer,
+    DraftProposer,
+    Generation,
+    NgramProposer,
+    Proposer,
+    SamplingParams,
+    Step,
+)
+from engine.limits import MAX_STEP
+from engine.speculation import step_costs as costs
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k, catch_up_key
 from engine.speculation.step_costs import CostTable
+from tests.conftest import tiny_model
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
 
@@ -304,3 +316,22 @@ def test_a_measured_drafter_is_weighed_by_its_estimates_not_raised_on_hope():
     drafter = Measured([0.6, 0.5, 0.4, 0.35] + [0.3] * 11)
     choices = run(policy(), [drafter], 40, lambda who, k: min(k, 1))
     assert all(1 <= c.k <= 4 for c in choices[-10:])
+
+
+def test_warming_up_k_auto_times_the_steps_it_prices_so_the_first_reply_does_not(monkeypatch):
+    timed = []
+    monkeypatch.setattr(costs, "seed_costs", lambda model: timed.append(model) or [1e-3] * MAX_STEP)
+    monkeypatch.setattr(costs, "_tables", {})
+    target, draft = tiny_model(), tiny_model(seed=1)
+    sampling = SamplingParams(max_tokens=8)
+
+    DraftProposer(draft, k=3).warm_up(target, sampling)
+    assert timed == []  # a fixed k never asks what steps cost
+    DraftProposer(draft, k=AUTO).warm_up(target, sampling)
+    assert timed == [target, draft]  # the target's verify steps, and the draft's own steps
+    AutoProposer([NgramProposer(k=4), DraftProposer(draft, k=4)]).warm_up(target, sampling)
+    assert timed == [target, draft]  # once per model for the life of the process
+
+    gen = Generation(target, [1, 2, 3, 4], sampling, speculative=DraftProposer(draft, k=AUTO))
+    list(gen)
+    assert timed == [target, draft]  # the reply found them timed

@@ -8,6 +8,7 @@ import torch
 
 from engine.limits import AUTO, MAX_K, check_k
 from engine.runtime.sampling import GREEDY
+from engine.speculation.step_costs import step_costs
 
 
 @dataclass
@@ -149,6 +150,19 @@ class Proposer:
         """Compile and capture, now, what drafting for `target` with these sampling settings will
         run (a draft model's steps, a drafter's pass), so the first reply is as fast as later ones;
         `progress` is told as the graphs are captured, as Model.warm_up tells it."""
+        self.warm_up_costs(target)
+
+    def priced_models(self, target) -> list:
+        """The models whose step costs k "auto" weighs this proposer's drafts by."""
+        return [target]
+
+    def warm_up_costs(self, target, auto: bool = False) -> None:
+        """With k "auto" (or `auto`: a member of proposer auto), time the steps the policy prices
+        drafts by now, or read them from the cache: else the first reply's first step waits
+        for it (0.5 s for the Coder-1.5B target and its 0.5B draft on the H200)."""
+        if auto or self.k == AUTO:
+            for model in self.priced_models(target):
+                step_costs(model)
 
     def describe(self) -> str:
         return f"{self.name} k={self.k}"

@@ -111,6 +111,10 @@ class DraftProposer(Proposer):
 
     def warm_up(self, target, sampling: SamplingParams, progress=None) -> None:
         self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT, progress=progress)
+        self.warm_up_costs(target)
+
+    def priced_models(self, target) -> list:
+        return [target, self.model]  # its drafting: a step of its own per draft
 
     def drafting_seed(self, k: int, step_cost) -> float:
         # the first draft: a step of the accepted tokens not yet seen (after a bonus, the last
