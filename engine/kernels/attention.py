@@ -333,11 +333,11 @@ def _attend(q, rope, k_cache, v_cache, page_table, start, page_size, scale, caus
         T=t, G=g, KVH=kvh, D=d, M=m, ROWS=rows, PS=page_size, SPLITS=splits, CHUNK=chunk, BLOCK_N=block_n,
         CAUSAL=causal, FP32=fp32, MERGE=merge, ROPE=rope is not None, QK_NORM=norm,
         num_warps=warps or (4 if m * d <= 64 * 128 else 8), num_stages=stages or (2 if m > 16 else 3),
-        **launch_options(q.device, t),
+        **launch_options(q.device, t, "attention"),
     )
     if not merge:
         _merge_splits[(kvh, t * g)](part_out, part_lse, out, G=g, KVH=kvh, D=d, ROWS=rows, SPLITS=splits,
-                                    num_warps=4, **launch_options(q.device, t))
+                                    num_warps=4, **launch_options(q.device, t, "attention"))
     return out
 
 

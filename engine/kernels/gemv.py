@@ -429,7 +429,7 @@ def launch(x, weight, bias, out, prologue=PLAIN, residual=None, norm_weight=None
                                 HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_K=block_k,
                                 EVEN_K=k % block_k == 0, IEEE=x.dtype == torch.float32,
                                 SPLIT=split, SWAP=swap, DEFER=defer, SILU=silu, num_warps=warps,
-                                num_stages=stages, **launch_options(x.device, t))
+                                num_stages=stages, **launch_options(x.device, t, "gemm16"))
     return out
 
 

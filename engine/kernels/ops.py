@@ -77,7 +77,7 @@ def add_rms_norm(
     assert tap is None or (tap.shape == (t, n) and tap.stride(1) == 1)
     _add_rms_norm[(t,)](x, res, weight, out, out if tap is None else tap, n, t * n,
                         0 if tap is None else tap.stride(0), eps, HAS_RES=residual is not None, PARTS=parts,
-                        BLOCK=block, TAP=tap is not None, num_warps=warps, **launch_options(x.device, t))
+                        BLOCK=block, TAP=tap is not None, num_warps=warps, **launch_options(x.device, t, "ops"))
     return out, res
 
 
@@ -101,7 +101,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     out = torch.empty((t, n), dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
     _silu_mul[(t, triton.cdiv(n, block))](gate_up, out, n, BLOCK=block, num_warps=4,
-                                          **launch_options(gate_up.device, t))
+                                          **launch_options(gate_up.device, t, "ops"))
     return out
 
 
@@ -195,6 +195,6 @@ def qk_rope_store(
         qkv, positions, inv_freq, q_norm if norm else qkv, k_norm if norm else qkv, q, k_cache, v_cache,
         page_table, page_table if rows is None else rows, page_table.stride(0) if rows is not None else 0,
         qkv.stride(0), eps, H=num_heads, KVH=kvh, D=d, PS=page_size, QK_NORM=norm, BATCHED=rows is not None,
-        num_warps=1, **launch_options(qkv.device, t),
+        num_warps=1, **launch_options(qkv.device, t, "ops"),
     )
     return q

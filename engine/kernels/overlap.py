@@ -18,7 +18,11 @@ activations before its wait.
 It is on where the device supports it (compute capability 9 or later, not under Triton's
 interpreter); SPECCHAT_PDL=0 turns it off, SPECCHAT_PDL=decode keeps it to one-token steps.
 Measured on the H200 (bench/RESULTS.md, seventh run): a decode step of the Qwen2.5-0.5B shape
-0.769 -> 0.619 ms, the 1.5B's 1.398 -> 1.352.
+0.769 -> 0.619 ms, the 1.5B's 1.398 -> 1.352. Except the attention kernels of longer steps
+(`PLAIN_IN_LONGER_STEPS`): launched dependently they made the Qwen3-4B shape's 16-token step
+3.176 ms, launched plainly 2.868 (0.5B and 1.5B shapes 0.884 -> 0.875 and 1.533 -> 1.523;
+seventeenth run). SPECCHAT_PDL_SKIP names the kinds launched plainly in longer steps
+(default "attention"; empty: none) for an A/B.
 
 The same goes for the other way to take launches out of a step, `silu_epilogue`: the MLP's
 SiLU(gate) * up computed in the gate/up product's epilogue (gemv.linear_silu) rather than by a
@@ -47,6 +51,11 @@ import os
 
 import torch
 
+# kinds of kernel (attention, gemm16, ops) that steps of more than one token launch plainly:
+# the split attention of a 16-token step on the Qwen3-4B shape took a tenth of the step longer
+# launched dependently (H200, seventeenth run), the others measured faster launched dependently
+PLAIN_IN_LONGER_STEPS = "attention"
+
 
 @functools.cache
 def _supported(index: int) -> bool:
@@ -66,11 +75,13 @@ def dependent_launch(device: torch.device) -> bool:
     return _supported(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def launch_options(device: torch.device, rows: int) -> dict:
-    """The kernel arguments for a kernel of a step of `rows` tokens: GDC (the kernel's constexpr)
-    and, when on, launch_pdl. SPECCHAT_PDL=decode keeps it to one-token steps (the 4B shape's
+def launch_options(device: torch.device, rows: int, kind: str = "") -> dict:
+    """The kernel arguments for a kernel of `kind` in a step of `rows` tokens: GDC (the kernel's
+    constexpr) and, when on, launch_pdl. SPECCHAT_PDL=decode keeps it to one-token steps (the 4B shape's
     16-token verify step measured 2 % slower with it, its decode step 5 % faster)."""
     on = dependent_launch(device) and (rows == 1 or os.environ.get("SPECCHAT_PDL") != "decode")
+    if on and rows > 1 and kind and kind in os.environ.get("SPECCHAT_PDL_SKIP", PLAIN_IN_LONGER_STEPS).split(","):
+        on = False
     return {"GDC": True, "launch_pdl": True} if on else {"GDC": False}
 
 
