@@ -335,3 +335,15 @@ def test_warming_up_k_auto_times_the_steps_it_prices_so_the_first_reply_does_not
     gen = Generation(target, [1, 2, 3, 4], sampling, speculative=DraftProposer(draft, k=AUTO))
     list(gen)
     assert timed == [target, draft]  # the reply found them timed
+
+
+def test_plain_steps_run_back_to_back_to_the_end_of_the_reply():
+    p = policy()
+    never = Scripted(per_draft=0.7)
+    run(p, [never], 300, lambda who, k: 0)  # its drafts never kept: plain steps from here on
+    runs = {}
+    for limit in (15, 9, 2, 0):  # tokens left in the reply: limit + 1
+        choice = p.choose([never], [0] * 400, limit)
+        assert choice.proposer is None and not choice.probe
+        runs[limit] = choice.steps
+    assert runs[15] > 1 and runs[9] == 10 and runs[2] == 3 and runs[0] == 1  # to the reply's last token

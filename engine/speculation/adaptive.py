@@ -274,8 +274,9 @@ class AdaptivePolicy:
                   limit: int) -> int:
         """How many plain steps to take before choosing again: where nothing changes meanwhile
         but the probe budgets (no proposer reads the text for its bucket, and R has come down to
-        plain decoding's), until one could be probed; the generation runs them back to back."""
-        if not options or limit < MAX_K or plain.worth * plain.seconds > 1.01:
+        plain decoding's), until one could be probed; the generation runs them back to back, up
+        to the reply's end (the last MAX_K tokens ran one by one before, a host wait each)."""
+        if not options or plain.worth * plain.seconds > 1.01:
             return 1
         if any(p.bucket_follows_text for p in proposers):
             return 1
@@ -285,7 +286,7 @@ class AdaptivePolicy:
             asked = self.probe(option, limit, verify)
             short = self.worst_loss(asked, plain, verify) - option.proposer.estimates.credit
             steps = min(steps, max(1, math.ceil(short / earned)))
-        return steps
+        return min(steps, limit + 1)
 
     def record(self, choice: Choice, step, proposers: list[Proposer]) -> None:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
