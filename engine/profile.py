@@ -225,8 +225,9 @@ def linears_graph_ms(model: Model, t: int, repeats: int) -> float:
     return ms
 
 
-def step_parts(model: Model, context: int, t: int, replays: int = 10) -> dict:
-    """Profile graph replays of a step: device time of each kind of kernel, and the gaps."""
+def step_kernels(model: Model, context: int, t: int, replays: int = 10) -> list[dict]:
+    """The kernel events (chrome-trace dicts: name, ts, dur in us) of `replays` graph replays of
+    a t-token step after `context` cached tokens."""
     seq = model.new_sequence()
     seq.append(context)
     step_fn(model, seq, t, context)()
@@ -240,7 +241,12 @@ def step_parts(model: Model, context: int, t: int, replays: int = 10) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+        return [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+
+
+def step_parts(model: Model, context: int, t: int, replays: int = 10) -> dict:
+    """Profile graph replays of a step: device time of each kind of kernel, and the gaps."""
+    events = step_kernels(model, context, t, replays)
     parts = {kind: 0.0 for kind in (*KINDS, "rest")}
     rest: dict[str, float] = {}  # the other kernels' time, by name
     for e in events:

@@ -10,35 +10,18 @@ for the one before it):
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 
 from engine import preset, random_model
-from engine.profile import step_fn
+from engine.profile import step_kernels
 
 
 def kernels(model, context: int, t: int, replays: int = 20) -> dict[str, tuple[float, int]]:
     """{kernel name: (ms a step, launches a step)} of replays of the t-token step's graph."""
-    seq = model.new_sequence()
-    seq.append(context)
-    step_fn(model, seq, t, context)()
-    graph = model.graphs.last
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
-        torch.cuda.synchronize()
-    seq.release()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
     out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for e in events:
+    for e in step_kernels(model, context, t, replays):
         name = e["name"][:60]
         out[name][0] += e["dur"] / 1e3 / replays
         out[name][1] += 1 / replays
