@@ -231,13 +231,18 @@ def step_kernels(model: Model, context: int, t: int, replays: int = 10) -> list[
     seq = model.new_sequence()
     seq.append(context)
     step_fn(model, seq, t, context)()
-    graph = model.graphs.last
+    events = kernel_events(model.graphs.last.replay, replays)
+    seq.release()
+    return events
+
+
+def kernel_events(run, times: int) -> list[dict]:
+    """The CUDA kernel events of `times` calls of run() (chrome-trace dicts: name, ts, dur in us)."""
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            graph.replay()
+        for _ in range(times):
+            run()
         torch.cuda.synchronize()
-    seq.release()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
