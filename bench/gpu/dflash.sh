@@ -48,6 +48,11 @@
 #   restore NAME           a drafter kept so (its parts and checksum carried into /root/stage as the GGUF's
 #                          are) back into the cache as dflash-NAME, once the parts add up to the checksum:
 #                          no training needed to measure it again
+#   all LAYERS MINUTES     a whole run as one background job (`session.sh bg all "dflash.sh all 2 12"`,
+#                          then `session.sh wait all` calls back to back): train, keep's parts made at
+#                          once (a drafter outlives a machine taken back while idle), the bench rows
+#                          (K), eval, costs, then the conversation (session.sh adaptive, DFlash beside
+#                          n-gram); each part's output a file of the job's $OUT
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
@@ -169,6 +174,16 @@ restore)  # carried as .gpu/keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256
   fi
   mkdir -p "$SPECCHAT_CACHE/$name" && cat $kept.tar.part* | tar -x -C "$SPECCHAT_CACHE/$name" \
     && rm $kept.tar.part* && ls "$SPECCHAT_CACHE/$name/dflash-$2"
+  ;;
+all)
+  layers=${2:-2}; minutes=${3:-12}
+  TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-$((minutes * 60 + 240))} bash "$0" train "$layers" "$minutes" > "$OUT/train.txt" 2>&1
+  mkdir -p /root/stage/keep-out && OUT=/root/stage/keep-out bash "$0" keep "$layers" > "$OUT/keep.txt" 2>&1
+  K="${K:-3 4 8 15 auto}" bash "$0" bench "$layers" > "$OUT/bench.txt" 2>&1
+  bash "$0" eval > "$OUT/eval.txt" 2>&1
+  bash "$0" costs "$layers" > "$OUT/costs.txt" 2>&1
+  DFLASH=$(drafter "$layers") NO_DRAFT=1 ROUNDS=${ROUNDS:-2} bash bench/gpu/session.sh adaptive conversation \
+    > "$OUT/adaptive.log" 2>&1
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \
