@@ -4,8 +4,8 @@ and what keeping a DFlash drafter's states adds to them.
 Random weights of a preset shape, bf16, 1,024 tokens of context; profiled graph replays. Run with
 SPECCHAT_PDL=0 for times that add up (with dependent launch each kernel's time includes its wait
 for the one before it). --taps: the steps keep the residual stream after five layers (z-lab's
-rule), as the target's do for a DFlash drafter, and a column more profiles a chained run of 8
-plain steps (what a drafter sitting out costs the target), per step:
+rule), as the target's do for a DFlash drafter, and two columns more profile chained runs of 8
+plain steps, greedy and sampled (what a drafter sitting out costs the target), per step:
 
     SPECCHAT_PDL=0 PYTHONPATH=. python bench/gpu/step_kernels.py qwen3-4b [--lengths 1 16] [--taps]
 """
@@ -19,10 +19,11 @@ import torch
 
 from engine import preset, random_model
 from engine.profile import kernel_events, step_kernels
-from engine.runtime.sampling import GREEDY
+from engine.runtime.sampling import GREEDY, SamplingParams
 from engine.speculation.proposers.dflash.network import distinct_target_layer_ids
 
 RUN = 8  # plain steps a chained run (the generation's plain_run on CUDA)
+SAMPLED = SamplingParams(temperature=0.7, top_p=0.8, top_k=20)  # the bench's sampled rows
 
 
 def kernels(model, context: int, t: int, replays: int = 20) -> dict[str, tuple[float, int]]:
@@ -30,14 +31,14 @@ def kernels(model, context: int, t: int, replays: int = 20) -> dict[str, tuple[f
     return table(step_kernels(model, context, t, replays), replays)
 
 
-def chain_kernels(model, context: int, replays: int = 5) -> dict[str, tuple[float, int]]:
-    """The same per step of chained runs of RUN plain steps."""
+def chain_kernels(model, context: int, sampling=GREEDY, replays: int = 5) -> dict[str, tuple[float, int]]:
+    """The same per step of chained runs of RUN plain steps, sampling so."""
     seq = model.new_sequence()
     seq.append(context)
     first = torch.zeros(1, dtype=torch.long, device=model.device)
 
     def run():
-        model.chain(seq, first, RUN, GREEDY)
+        model.chain(seq, first, RUN, sampling)
         seq.truncate(context)
 
     run()
@@ -75,6 +76,7 @@ def main() -> None:
             by_length[f"{t}{label}"] = kernels(model, args.context, t)
         if args.taps:
             by_length[f"run{label}"] = chain_kernels(model, args.context)
+            by_length[f"sampled run{label}"] = chain_kernels(model, args.context, SAMPLED)
     names = sorted({n for k in by_length.values() for n in k}, key=lambda n: -max(k.get(n, (0, 0))[0]
                                                                                    for k in by_length.values()))
     print(f"{args.shape}-shaped, {args.context} context: ms a step (launches) per kernel")
