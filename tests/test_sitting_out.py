@@ -23,6 +23,7 @@ from engine import (
     write_random_drafter,
 )
 from engine.limits import MAX_STEP
+from engine.speculation import context_states as recompute
 from engine.speculation.adaptive import AdaptivePolicy, Choice, catch_up_key
 from engine.speculation.proposers.dflash import proposer as dflash
 from engine.speculation.step_costs import CostTable
@@ -250,7 +251,7 @@ def test_a_comeback_that_computes_states_again_is_priced_and_learnt_as_a_pass_of
     assert policy.recomputed and all(b > 0 for b in policy.recomputed)
     est, step = proposer.estimates, 1e-3  # the scripted policy's plain step
     for b in policy.recomputed:
-        assert est.catch_up.seeded(catch_up_key(b, recompute=True)) >= dflash.RECOMPUTE_STEPS * step
+        assert est.catch_up.seeded(catch_up_key(b, recompute=True)) >= recompute.EAGER_STEPS * step
         assert est.catch_up.seeded(catch_up_key(b)) < step
     assert {catch_up_key(b, recompute=True) for b in policy.recomputed} <= set(est.catch_up.measured)
 

@@ -28,7 +28,7 @@ from collections import OrderedDict
 import torch
 
 from engine.limits import MAX_STEP
-from engine.runtime.sampling import SamplingParams, sample
+from engine.runtime.sampling import GREEDY, TOKEN, SamplingParams, sample
 from engine.runtime.step_io import StepContext, StepOutput
 
 START = 16  # index of the step's first position in the input buffer (after 16 ids)
@@ -93,6 +93,19 @@ class StepGraphs:
             graph.replay()
         states = self.chain_states[layers][:n] if layers else None
         return StepOutput(self.chain_ids[1 : n + 1], self.chain_logits[:n], states)
+
+    def states(self, pages: list[int], start: int, ids: list[int], layers: tuple[int, ...]) -> torch.Tensor:
+        """The states at `layers` [len(ids), n * H] of a step of ids (1..MAX_STEP tokens) at `start`
+        over the page table `pages`, by one replay of that step's graph; its K/V land in those pages
+        and no sequence grows (context_states: the pages past the sequence's own are scratch ones).
+        Any sampling settings' graph does, its tokens unread (the noise is a hash of the position:
+        a replay moves no generator), so the reply's own graphs serve; greedy's is captured if none."""
+        shape = ("step", len(ids), tuple(layers))
+        key = next((key for key in self.graphs if key[:3] == shape), None)
+        graph, (_, _, states) = self.graphs[key] if key is not None else self._graph(shape, GREEDY, TOKEN)
+        self._load(pages, start, ids)
+        graph.replay()
+        return states.clone()  # the graph's buffer: the next replay writes it
 
     def warm_up(
         self, sampling: SamplingParams, noise: int, state_layers: tuple[int, ...] = (), progress=None

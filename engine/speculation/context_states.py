@@ -6,7 +6,10 @@ in chunks, each attending to the sequence's cached K/V before it. A chunk's own 
 scratch pages, so the sequence's cache is left exactly as it was. On the triton backend a chunk
 runs through the fused layers (a few hundred launches, where op by op it takes thousands): their
 page table is the sequence's pages before the chunk, then scratch pages, the page the chunk
-starts inside copied to scratch first, so no write lands in the sequence's own pages.
+starts inside copied to scratch first, so no write lands in the sequence's own pages. With the
+model's CUDA graphs, a chunk of up to GRAPHED tokens is instead replays of its step graphs, 16
+tokens each, over that same page table (`StepGraphs.states`): some 1.5 ms a replay on the H200's
+Coder-1.5B, where a pass op by op took 25-33 ms of host launches for 32-128 tokens.
 """
 
 from __future__ import annotations
@@ -19,6 +22,25 @@ from engine.runtime.kv_cache import SeqCache, page_slots
 from engine.runtime.step_io import StepContext
 
 CHUNK = 256
+GRAPHED = 128  # tokens a chunk runs through step graphs, at most (past them a pass op by op is as quick)
+# A chunk run op by op costs some 20 plain steps of the target, bound by its host's launches:
+# 26-33 ms for 32-128 tokens, 62 for 512 on the H200's Coder-1.5B (sixteenth run).
+EAGER_STEPS = 20
+
+
+def recompute_seconds(model, tokens: int, step_cost) -> float:
+    """A first guess of what computing `tokens` states again costs, chunk by chunk as
+    context_states runs them: a step graph's replay (step_cost(MAX_STEP)) per MAX_STEP tokens of a
+    graphed chunk, EAGER_STEPS plain steps for one run op by op. step_cost: seconds of a step of n."""
+    seconds = 0.0
+    while tokens > 0:
+        n = min(CHUNK, tokens)
+        if model.backend == "triton" and model.graphs is not None and n <= GRAPHED:
+            seconds += -(-n // MAX_STEP) * step_cost(MAX_STEP)
+        else:
+            seconds += EAGER_STEPS * step_cost(1)
+        tokens -= n
+    return seconds
 
 
 @torch.inference_mode()
@@ -44,7 +66,8 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
                     "KV cache full: no room to read the context's hidden states for DFlash "
                     "(start a new chat or raise --max-context)"
                 )
-            out.append(run(model, seq, scratch, ids[done : done + n], start,
+            how = run_graphed if run is run_paged and model.graphs is not None and n <= GRAPHED else run
+            out.append(how(model, seq, scratch, ids[done : done + n], start,
                            model.state_layers if layers is None else layers))
             done += n
     finally:
@@ -70,13 +93,7 @@ def run_paged(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
     """run_chunk through the fused layers: a step of len(ids) tokens at `start` whose page table
     reads the sequence's pages before it and writes the (empty) scratch's pages only."""
     pool, ps, t = model.pool, model.pool.page_size, len(ids)
-    whole = start // ps  # the sequence's pages wholly before the chunk
-    scratch.append(start % ps + t)  # the head of the page the chunk starts inside, then the chunk
-    if start % ps:
-        src, dst = seq.pages[whole] * ps, scratch.pages[0] * ps
-        pool.k[:, dst : dst + ps] = pool.k[:, src : src + ps]
-        pool.v[:, dst : dst + ps] = pool.v[:, src : src + ps]
-    pages = seq.pages[:whole] + scratch.pages
+    pages = scratch_table(model, seq, scratch, start, t)
     slots = None
     if t > MAX_STEP:  # longer steps gather their context by slot (Model.context)
         slots = page_slots(pages, 0, start + t, ps).to(model.device)
@@ -87,3 +104,25 @@ def run_paged(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: in
     tokens = torch.tensor(ids, dtype=torch.long, device=device)
     _, states = model.decoder(tokens, positions, ctx, state_layers=layers)
     return states
+
+
+def run_graphed(model, seq: SeqCache, scratch: SeqCache, ids: list[int], start: int,
+                layers: tuple[int, ...]) -> torch.Tensor:
+    """run_paged as replays of the model's step graphs, MAX_STEP tokens each, over its page table:
+    each replay reads the K/V the ones before it wrote to the scratch pages."""
+    pages = scratch_table(model, seq, scratch, start, len(ids))
+    return torch.cat([model.graphs.states(pages, start + i, ids[i : i + MAX_STEP], layers)
+                      for i in range(0, len(ids), MAX_STEP)])
+
+
+def scratch_table(model, seq: SeqCache, scratch: SeqCache, start: int, t: int) -> list[int]:
+    """The page table of a chunk of t tokens at `start`: the sequence's pages wholly before it,
+    then the (empty) scratch's, holding a copy of the head of the page the chunk starts inside."""
+    pool, ps = model.pool, model.pool.page_size
+    whole = start // ps  # the sequence's pages wholly before the chunk
+    scratch.append(start % ps + t)  # the head of the page the chunk starts inside, then the chunk
+    if start % ps:
+        src, dst = seq.pages[whole] * ps, scratch.pages[0] * ps
+        pool.k[:, dst : dst + ps] = pool.k[:, src : src + ps]
+        pool.v[:, dst : dst + ps] = pool.v[:, src : src + ps]
+    return seq.pages[:whole] + scratch.pages

@@ -27,8 +27,9 @@ pass's graph, more by an extension of their own first (on CUDA context-only grap
 Keeping states costs the target's chained steps some 2 % (0.02 ms a token on the H200's
 Coder-1.5B), so a drafter that has sat out TAPS_OFF_AFTER tokens in a row lets the target stop
 keeping them; the states of the tokens it then misses (`missing`) are computed again, from the
-cache, just before it drafts next (the generation's `fill`, part of the catch-up). That pass runs
-eagerly, some 27 ms of host time however few its tokens, so it pays only after a very long copy.
+cache, just before it drafts next (the generation's `fill`, part of the catch-up): on CUDA a
+replay of the target's 16-token step graph per 16 tokens, up to context_states.GRAPHED tokens,
+past them a pass op by op (some 27 ms of host time a chunk).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 from engine.errors import EngineError
 from engine.limits import MAX_STEP
 from engine.runtime.sampling import DRAFT, GREEDY, probabilities, sample
-from engine.speculation.context_states import CHUNK
+from engine.speculation.context_states import recompute_seconds
 from engine.speculation.proposers.base import DeviceProposal, Proposer
 from engine.speculation.proposers.dflash import RANDOM
 from engine.speculation.proposers.dflash.files import load_drafter, write_random_drafter
@@ -53,10 +54,6 @@ from engine.speculation.proposers.spec import ProposerOptions
 # (Coder-1.5B target, 2-layer drafter; bench/gpu/dflash_costs.py, sixteenth run), a fifth of a
 # plain step. It is only the seed for a drafter that sat out, until the run's own catch-ups are timed.
 CATCH_UP_SHARE = 0.2
-# States computed again (after TAPS_OFF_AFTER) cost an eager pass of the target per chunk
-# (context_states.CHUNK tokens), bound by its host's launches: 26-33 ms for 32-128 tokens, 62 for
-# 512 on the same machine, some 20 plain steps a chunk.
-RECOMPUTE_STEPS = 20
 # One pass over a block, whatever k: about half a target step until it is timed.
 DRAFTING_SHARE = 0.5
 # States kept for a drafter sitting out, at most: past this many tokens it takes them in at once,
@@ -65,7 +62,8 @@ HOLD = 16 * MAX_STEP
 # Tokens sat out in a row before the target stops keeping states for the drafter (see above):
 # keeping them costs 0.02 ms a token and computing them again some 27 ms, the price of keeping
 # them for over a thousand tokens, so only a drafter left out that long lets them go (at 32, the
-# sixteenth run's proposer auto lost 18 % on the conversation to comebacks priced as cheap).
+# sixteenth run's proposer auto lost 18 % on the conversation to comebacks priced as cheap). Short
+# recomputes now replay step graphs (a tenth of that for 32 tokens, not yet measured end to end).
 TAPS_OFF_AFTER = 1024
 
 
@@ -172,11 +170,13 @@ class DFlashProposer(Proposer):
 
     def catch_up_seed(self, behind: int, step_cost) -> float:
         # held states go in through the drafter's graphs; let-go ones (a key below zero) are
-        # computed again first, a pass of the target per chunk
-        steps = CATCH_UP_SHARE
+        # computed again first (context_states: step graphs' replays, or a pass op by op a chunk)
+        target = self.drafter.target
+        costs = step_cost(target)
+        seconds = CATCH_UP_SHARE * costs(1)
         if behind < 0:
-            steps += RECOMPUTE_STEPS * -(behind // CHUNK)
-        return steps * step_cost(self.drafter.target)(1)
+            seconds += recompute_seconds(target, -behind, costs)
+        return seconds
 
     def known_acceptance(self) -> list[float] | None:
         return self.drafter.measured
