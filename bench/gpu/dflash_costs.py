@@ -10,6 +10,8 @@ the GPU. Then the generation loop's own figures for DFlash k = 3 beside n-gram k
 verify ms a step), which the bench reports.
 
     python bench/gpu/dflash_costs.py qwen2.5-coder-1.5b [DRAFTER_DIR] [--context 1600]
+    PYTHONPATH=. python bench/gpu/dflash_costs.py random:qwen2.5-1.5b   # random weights of a shape, no
+                                                   # pack needed (the timings only, no generation loop)
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from engine import (
     generate,
     load_drafter,
     load_model,
+    preset,
+    random_model,
     write_random_drafter,
 )
 from engine.speculation.context_states import context_states
@@ -66,7 +70,12 @@ def main() -> None:
     p.add_argument("drafter", nargs="?", default=None, help="a drafter's folder (default: a random 2-layer one)")
     p.add_argument("--context", type=int, default=1600)
     args = p.parse_args()
-    target = load_model(args.model, max_context=4096)
+    if args.model.startswith("random:"):
+        shape = args.model.removeprefix("random:")
+        target = random_model(preset(shape), device="cuda", dtype=torch.bfloat16, max_context=4096)
+        target.warm_up(SamplingParams())
+    else:
+        target = load_model(args.model, max_context=4096)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.drafter or str(write_random_drafter(Path(tmp) / "drafter", target, num_layers=2))
         drafter = load_drafter(folder, target)
@@ -130,6 +139,8 @@ def main() -> None:
     for label, host, wall, device in rows:
         print(f"{label:44} {host:7.3f} {wall:7.3f} {device:8.3f}")
 
+    if target.tokenizer is None:  # random weights: no prompt to write
+        return
     prompt = target.encode_chat([{"role": "user", "content": builtin_prompts()["explain"].text}])
     stop = target.stop_ids()
     print("\nthe generation loop, explanation prompt, greedy, 128 tokens (ms a step):")
