@@ -54,7 +54,7 @@ class AutoProposer(Proposer):
         told = {"progress": progress} if progress is not None else {}
         for p in self._members:
             p.warm_up(target, sampling, **told)
-            p.warm_up_costs(target, auto=True)
+            p.warm_up_costs(target, auto=True, progress=progress)
 
     def propose(self, context: list[int], k: int) -> Proposal:
         raise EngineError("proposer auto drafts through the generation's choice of a member each step")

@@ -150,17 +150,19 @@ class Proposer:
         """Compile and capture, now, what drafting for `target` with these sampling settings will
         run (a draft model's steps, a drafter's pass), so the first reply is as fast as later ones;
         `progress` is told as the graphs are captured, as Model.warm_up tells it."""
-        self.warm_up_costs(target)
+        self.warm_up_costs(target, progress=progress)
 
     def priced_models(self, target) -> list:
         """The models whose step costs k "auto" weighs this proposer's drafts by."""
         return [target]
 
-    def warm_up_costs(self, target, auto: bool = False) -> None:
+    def warm_up_costs(self, target, auto: bool = False, progress=None) -> None:
         """With k "auto" (or `auto`: a member of proposer auto), time the steps the policy prices
         drafts by now, or read them from the cache: else the first reply's first step waits
         for it (0.5 s for the Coder-1.5B target and its 0.5B draft on the H200)."""
         if auto or self.k == AUTO:
+            if progress is not None:
+                progress("the step costs k auto weighs (timed once per model and machine)")
             for model in self.priced_models(target):
                 step_costs(model)
 

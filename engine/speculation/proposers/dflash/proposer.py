@@ -212,7 +212,7 @@ class DFlashProposer(Proposer):
         target.warm_up(sampling, state_layers=(), progress=progress)
         if self.drafter.graphs is not None:
             self.drafter.graphs.warm_up()
-        self.warm_up_costs(target)
+        self.warm_up_costs(target, progress=progress)
 
     def describe(self) -> str:
         return f"dflash {self.drafter.name} k={self.k}" + (" sampled" if self.sample else "")

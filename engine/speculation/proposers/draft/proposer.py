@@ -111,7 +111,7 @@ class DraftProposer(Proposer):
 
     def warm_up(self, target, sampling: SamplingParams, progress=None) -> None:
         self.model.warm_up(sampling if self.sample else GREEDY, noise=DRAFT, progress=progress)
-        self.warm_up_costs(target)
+        self.warm_up_costs(target, progress=progress)
 
     def priced_models(self, target) -> list:
         return [target, self.model]  # its drafting: a step of its own per draft
