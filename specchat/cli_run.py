@@ -45,6 +45,9 @@ def run(args) -> int:
             model.warm_up(sampling, progress=progress)
             if proposer is not None:
                 proposer.warm_up(model, sampling, progress)
+    elif proposer is not None:  # the CPU: nothing to capture, but k auto's step costs are timed now too
+        with message_progress() as progress:
+            proposer.warm_up_costs(model, progress=progress)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
     detok = Detokenizer.of(model)
     started = time.perf_counter()

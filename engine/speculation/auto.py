@@ -54,6 +54,10 @@ class AutoProposer(Proposer):
         told = {"progress": progress} if progress is not None else {}
         for p in self._members:
             p.warm_up(target, sampling, **told)
+        self.warm_up_costs(target, progress=progress)
+
+    def warm_up_costs(self, target, auto: bool = False, progress=None) -> None:
+        for p in self._members:  # each is weighed by the policy, whatever its own k
             p.warm_up_costs(target, auto=True, progress=progress)
 
     def propose(self, context: list[int], k: int) -> Proposal:
