@@ -81,6 +81,8 @@ def run_race(session, ids: list[int], sampling: SamplingParams, entrants: list[t
         race.rows.append(row)
         try:
             proposer = session.proposer(name, k) if name != "off" else None
+            if proposer is not None:  # k auto's step costs timed (once) before its row, not in it
+                proposer.warm_up_costs(session.model)
             gen = session.stream(ids, sampling, proposer)
             feed = StepFeed(0, session.detokenizer())  # the chat's own road from steps to styled text
             for step in gen:
