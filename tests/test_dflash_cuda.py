@@ -155,6 +155,28 @@ def test_states_computed_again_through_the_fused_layers_are_the_steps_states(gra
         seq.release()
 
 
+def test_short_recomputes_replay_the_step_graphs_and_long_ones_do_not(graphed, drafter, monkeypatch):
+    """Up to context_states.GRAPHED tokens, 16 a replay of the target's step graph (some 1.5 ms
+    each on the H200's Coder-1.5B, where a pass op by op costs 25 ms of launches); past them op by op."""
+    from engine.speculation import context_states as recompute
+
+    replays, real = [], graphed.graphs.states
+    monkeypatch.setattr(graphed.graphs, "states", lambda pages, start, ids, layers: replays.append(len(ids))
+                        or real(pages, start, ids, layers))
+    ids = (PROMPT * 40)[:60]
+    seq = graphed.new_sequence()
+    try:
+        graphed.forward(seq, torch.tensor(ids, device=DEVICE))
+        recompute.context_states(graphed, seq, ids[10:50], 10, drafter.state_layers)
+        assert replays == [16, 16, 8]
+        monkeypatch.setattr(recompute, "GRAPHED", 16)
+        replays.clear()
+        recompute.context_states(graphed, seq, ids[10:50], 10, drafter.state_layers)
+        assert replays == []
+    finally:
+        seq.release()
+
+
 def test_anchor_may_come_from_the_device(graphed, drafter):
     states = states_of(graphed, drafter, PROMPT)
     drafter.clear()
