@@ -39,15 +39,15 @@ def run(args) -> int:
         ids = model.tokenizer.encode(prompt) if model.tokenizer else []
     else:
         ids = model.encode_chat([{"role": "user", "content": prompt}], system=args.system)
-    if model.graphs is not None:  # compile and capture before the clock starts, as the chat does at load
+    if model.graphs is not None or proposer is not None:
+        # compile and capture before the clock starts, as the chat does at load (on the CPU
+        # nothing to capture: k auto's step costs are still timed here)
         with message_progress() as progress:
-            progress("compiling kernels and capturing CUDA graphs")
-            model.warm_up(sampling, progress=progress)
+            if model.graphs is not None:
+                progress("compiling kernels and capturing CUDA graphs")
+                model.warm_up(sampling, progress=progress)
             if proposer is not None:
                 proposer.warm_up(model, sampling, progress)
-    elif proposer is not None:  # the CPU: nothing to capture, but k auto's step costs are timed now too
-        with message_progress() as progress:
-            proposer.warm_up_costs(model, progress=progress)
     gen = stream(model, ids, sampling, stop_ids=model.stop_ids(), speculative=proposer)
     detok = Detokenizer.of(model)
     started = time.perf_counter()

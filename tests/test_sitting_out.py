@@ -245,7 +245,7 @@ def test_the_states_it_missed_are_computed_again_and_draft_what_kept_ones_would(
 def test_a_comeback_that_computes_states_again_is_priced_and_learnt_as_a_pass_of_the_target(
         target, drafter, monkeypatch):
     """Not as states kept for it: that catch-up costs a fifth of a step, this one a pass of the
-    target a chunk, however few its tokens."""
+    target a chunk (op by op, as on the CPU), however few its tokens."""
     proposer = DFlashProposer(drafter, k=AUTO)
     _, _, policy = long_reply(target, proposer, SAMPLINGS[0], monkeypatch, [])
     assert policy.recomputed and all(b > 0 for b in policy.recomputed)

@@ -31,8 +31,8 @@ A draft model that sat steps out first runs the tokens it missed (`Proposer.behi
 catch-up is part of coming back, so it is added to the option's cost, and learnt apart from the
 cost of drafting k, which only proposals in a run of drafting steps measure; a catch-up that
 computes the target's states of the tokens again (a DFlash drafter that let the target stop
-keeping them, `Proposer.missing`) costs a pass of the target whatever its length, and is learnt
-apart from one that reads states kept for it. One that holds
+keeping them, `Proposer.missing`) costs passes of the target (context_states.recompute_seconds),
+and is learnt apart from one that reads states kept for it. One that holds
 nothing of the reply yet (a chat's draft model; the bench's is primed) reads the prompt first
 whichever step it joins: that is its prefill, no cost of this step's choice.
 

@@ -28,6 +28,11 @@ GRAPHED = 128  # tokens a chunk runs through step graphs, at most (past them a p
 EAGER_STEPS = 20
 
 
+def replayed(model, n: int) -> bool:
+    """Whether a chunk of n tokens runs as replays of the model's step graphs."""
+    return model.backend == "triton" and model.graphs is not None and n <= GRAPHED
+
+
 def recompute_seconds(model, tokens: int, step_cost) -> float:
     """A first guess of what computing `tokens` states again costs, chunk by chunk as
     context_states runs them: a step graph's replay (step_cost(MAX_STEP)) per MAX_STEP tokens of a
@@ -35,7 +40,7 @@ def recompute_seconds(model, tokens: int, step_cost) -> float:
     seconds = 0.0
     while tokens > 0:
         n = min(CHUNK, tokens)
-        if model.backend == "triton" and model.graphs is not None and n <= GRAPHED:
+        if replayed(model, n):
             seconds += -(-n // MAX_STEP) * step_cost(MAX_STEP)
         else:
             seconds += EAGER_STEPS * step_cost(1)
@@ -66,7 +71,7 @@ def context_states(model, seq: SeqCache, ids: list[int], first: int = 0,
                     "KV cache full: no room to read the context's hidden states for DFlash "
                     "(start a new chat or raise --max-context)"
                 )
-            how = run_graphed if run is run_paged and model.graphs is not None and n <= GRAPHED else run
+            how = run_graphed if replayed(model, n) else run
             out.append(how(model, seq, scratch, ids[done : done + n], start,
                            model.state_layers if layers is None else layers))
             done += n
