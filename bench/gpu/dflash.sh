@@ -177,7 +177,8 @@ restore)  # carried as .gpu/keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256
   ;;
 all)
   layers=${2:-2}; minutes=${3:-12}
-  TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-$((minutes * 60 + 240))} bash "$0" train "$layers" "$minutes" > "$OUT/train.txt" 2>&1
+  # unbuffered: a wait call's copy of train.txt shows how far training got
+  PYTHONUNBUFFERED=1 TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-$((minutes * 60 + 240))} bash "$0" train "$layers" "$minutes" > "$OUT/train.txt" 2>&1
   mkdir -p /root/stage/keep-out && OUT=/root/stage/keep-out bash "$0" keep "$layers" > "$OUT/keep.txt" 2>&1
   K="${K:-3 4 8 15 auto}" bash "$0" bench "$layers" > "$OUT/bench.txt" 2>&1
   bash "$0" eval > "$OUT/eval.txt" 2>&1

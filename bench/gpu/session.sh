@@ -133,6 +133,8 @@ bg)
   ;;
 wait)  # the job's own end marker: a later call cannot see the job's process
   bg=/root/stage/bg; waited=0
+  # a machine given back and lent afresh has no such job: say so at once, not after SECONDS
+  [ -f $bg/$2.log ] || { echo "no job $2 on this machine (a fresh one: the last was given back)"; exit 2; }
   while [ ! -f $bg/$2.rc ] && [ "$waited" -lt "${3:-580}" ]; do sleep 2; waited=$((waited + 2)); done
   if [ -f $bg/$2.rc ]; then echo "$2 done (exit $(cat $bg/$2.rc))"; else echo "$2 still running after $waited s"; fi
   tail -n "${LINES:-40}" $bg/$2.log; cp -r $bg/$2.out/. "$OUT/" 2>/dev/null
