@@ -62,18 +62,26 @@ def test_short_chunks_replay_step_graphs_and_give_the_kept_states(target, first,
     seq.release()
 
 
-def test_longer_chunks_are_not_replays(target, monkeypatch):
+def test_chunks_longer_than_graphed_are_not_replays(target, monkeypatch):
+    monkeypatch.setattr(recompute, "GRAPHED", 32)
     seq = target.new_sequence()
-    seq.append(recompute.GRAPHED + 10)
+    seq.append(50)
     graphs = OpByOpGraphs(target)
     monkeypatch.setattr(target, "backend", "triton")
     monkeypatch.setattr(target, "graphs", graphs)
     ran = []
     monkeypatch.setattr(recompute, "run_paged", lambda model, seq, scratch, ids, *a: ran.append(len(ids))
                         or torch.zeros(len(ids), 1))
-    context_states(target, seq, [1] * (recompute.GRAPHED + 1), 0, LAYERS)
-    assert ran == [recompute.GRAPHED + 1] and graphs.replays == []
+    context_states(target, seq, [1] * 33, 0, LAYERS)
+    assert ran == [33] and graphs.replays == []
     seq.release()
+
+
+def test_every_chunk_replays_where_graphs_exist(target, monkeypatch):
+    """Replays were the quicker at every length measured, so no chunk runs op by op on a graphed model."""
+    monkeypatch.setattr(target, "backend", "triton")
+    monkeypatch.setattr(target, "graphs", OpByOpGraphs(target))
+    assert all(recompute.replayed(target, n) for n in (1, MAX_STEP, recompute.CHUNK))
 
 
 def test_a_recompute_is_priced_as_it_runs(target, monkeypatch):
@@ -86,4 +94,6 @@ def test_a_recompute_is_priced_as_it_runs(target, monkeypatch):
     assert recompute.recompute_seconds(target, 32, cost) == 2 * 1.25
     assert recompute.recompute_seconds(target, 20, cost) == 2 * 1.25
     chunk = recompute.CHUNK
+    assert recompute.recompute_seconds(target, chunk + 40, cost) == (chunk // MAX_STEP + 3) * 1.25
+    monkeypatch.setattr(recompute, "GRAPHED", 128)
     assert recompute.recompute_seconds(target, chunk + 40, cost) == recompute.EAGER_STEPS + 3 * 1.25

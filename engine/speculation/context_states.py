@@ -7,9 +7,9 @@ scratch pages, so the sequence's cache is left exactly as it was. On the triton 
 runs through the fused layers (a few hundred launches, where op by op it takes thousands): their
 page table is the sequence's pages before the chunk, then scratch pages, the page the chunk
 starts inside copied to scratch first, so no write lands in the sequence's own pages. With the
-model's CUDA graphs, a chunk of up to GRAPHED tokens is instead replays of its step graphs, 16
-tokens each, over that same page table (`StepGraphs.states`): some 1.5 ms a replay on the H200's
-Coder-1.5B, where a pass op by op took 25-33 ms of host launches for 32-128 tokens.
+model's CUDA graphs, a chunk is instead replays of its step graphs, 16 tokens each, over that
+same page table (`StepGraphs.states`): some 1.5 ms a replay on the H200's Coder-1.5B shape, 0.095
+ms a token, where a pass op by op is bound by its host's launches (0.16 ms a token at 256 and 512).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from engine.runtime.kv_cache import SeqCache, page_slots
 from engine.runtime.step_io import StepContext
 
 CHUNK = 256
-GRAPHED = 128  # tokens a chunk runs through step graphs, at most (past them a pass op by op is as quick)
+# Tokens a chunk runs through step graphs, at most: every chunk, since replays were the quicker at
+# every length measured (H200, Qwen2.5-1.5B shape: 2.9 ms for 32 tokens, 12.2 for 128, where op
+# by op 256 took 41 and 512 took 80; bench/gpu/dflash_costs.py, eighteenth run).
+GRAPHED = CHUNK
 # A chunk run op by op costs some 20 plain steps of the target, bound by its host's launches:
 # 26-33 ms for 32-128 tokens, 62 for 512 on the H200's Coder-1.5B (sixteenth run).
 EAGER_STEPS = 20
