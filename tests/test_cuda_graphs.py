@@ -119,6 +119,30 @@ def test_sampled_steps_draw_the_same_tokens_as_eager(trio):
         assert generate(eager, PROMPT, sampling).tokens == reference
 
 
+@pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=45),
+                                      SamplingParams(temperature=0.8, seed=11, max_tokens=45)])
+def test_runs_queued_ahead_on_the_device_give_the_runs_read_one_by_one(trio, sampling):
+    """The next chain graph's replays queued before the host reads a run (runs.py) overwrite the
+    chain's output buffers: the tokens read must still be each run's own, and a stop inside a
+    run leaves nothing of the unread one behind."""
+    from engine import stream
+
+    _, graphed, eager = trio
+    for model in (graphed, eager):
+        free = model.pool.num_free  # a graphed model keeps a page of its own
+        replies = []
+        for run_ahead in (False, True):
+            gen = stream(model, PROMPT, sampling)
+            gen.run_ahead = run_ahead
+            list(gen)
+            replies.append(gen.tokens)
+        assert replies[1] == replies[0]
+        stop = replies[0][12]
+        gen = stream(model, PROMPT, sampling, stop_ids=[stop])
+        assert [t for step in gen for t in step.tokens] == replies[0][: replies[0].index(stop) + 1]
+        assert model.pool.num_free == free
+
+
 @pytest.mark.parametrize("sample", [False, True])
 def test_drafts_from_the_chain_graph_equal_stepped_drafts(trio, sample):
     _, graphed, _ = trio

@@ -156,8 +156,9 @@ def test_states_computed_again_through_the_fused_layers_are_the_steps_states(gra
 
 
 def test_short_recomputes_replay_the_step_graphs_and_long_ones_do_not(graphed, drafter, monkeypatch):
-    """Up to context_states.GRAPHED tokens, 16 a replay of the target's step graph (some 1.5 ms
-    each on the H200's Coder-1.5B, where a pass op by op costs 25 ms of launches); past them op by op."""
+    """Up to context_states.GRAPHED tokens (a whole chunk), 16 a replay of the target's step graph
+    (some 1.5 ms each on the H200's Coder-1.5B, where a pass op by op costs 25 ms of launches);
+    past them op by op."""
     from engine.speculation import context_states as recompute
 
     replays, real = [], graphed.graphs.states
@@ -319,3 +320,23 @@ def test_training_on_cuda_starts_from_the_cpu_runs_weights_and_learns(cpu, graph
     losses = []
     on_gpu.run(lambda report: losses.append(report.loss))
     assert len(losses) == 12 and sum(losses[-3:]) < sum(losses[:3])
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=70),
+                                      SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)])
+def test_runs_queued_ahead_keep_the_states_the_drafter_reads(graphed, drafter, sampling):
+    """The policy's plain steps run as chain-graph runs, the next queued before one is read: each
+    run's states are copied out of the chain's buffers first, so the drafter drafts what it
+    drafts with runs read one by one."""
+    from engine import AUTO, Generation
+    from tests.sits_out import SitsOut
+
+    replies = []
+    for run_ahead in (False, True):
+        gen = Generation(graphed, PROMPT, sampling, speculative=DFlashProposer(drafter, k=AUTO),
+                         policy=SitsOut(graphed))
+        gen.run_ahead = run_ahead
+        steps = list(gen)
+        replies.append((gen.tokens, [s.drafts for s in steps]))
+    assert replies[1] == replies[0]
+    assert sum(1 for drafts in replies[0][1] if drafts) > 2

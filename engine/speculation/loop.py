@@ -9,8 +9,9 @@ With `last` the latest token, sampled but not yet run through the model, one ste
 With no proposer (or k = 0) the same step with no drafts is plain decoding; with no proposer,
 or where the adaptive policy asks for several plain steps, runs of such steps are queued
 together, each taking its input token from the one before on the device, so the host does not
-stand between them. When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses
-both at the start of each step.
+stand between them; with no proposer on a GPU the next run is queued before the host reads one
+(runs.py). When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at
+the start of each step.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from engine.speculation.context_states import context_states
 from engine.speculation.inspection import Inspection, inspect_step
 from engine.speculation.metrics import Metrics
 from engine.speculation.proposers.base import Proposal, Proposer
+from engine.speculation.runs import QueuedRun
 
 
 @dataclass
@@ -101,6 +103,15 @@ class Generation:
         # last run may compute a few tokens nobody sees); on the CPU nothing would, and a chat
         # shows each token as it comes
         self.plain_run = 8 if model.device.type == "cuda" else 1
+        # the next run queued before the host reads one (runs.py), with no proposer or within the
+        # plain steps the policy asked for at once: on a GPU the device then does not wait for the
+        # host between them; a reply's end may leave one queued run nobody reads (at most
+        # plain_run steps of device time)
+        self.run_ahead = model.device.type == "cuda"
+        # that run (None: not queued yet), the policy's choice that asked for it (None: no
+        # proposer) and the steps the choice asked for past it (None: no limit)
+        self._ahead: tuple[QueuedRun | None, Choice | None, int | None] | None = None
+        self._read_at = 0.0
         # the step inspector: keep each step's numbers (inspection.py); may be switched from
         # another thread, read at the next step
         self.inspect = False
@@ -148,10 +159,13 @@ class Generation:
                 step = plain_step([], len(context), finished="cancelled")
                 yield self._emit(step)
                 return
-            self._switch(self.speculative, context, seq)
-            if self._active is None and self.inspect:
+            if self._ahead is not None and self._ahead[0] is None and self.inspect:
+                self._ahead = None  # the inspector reads single steps: the policy chooses again
+            if self._ahead is None:  # the policy's steps, or a run queued ahead, go first
+                self._switch(self.speculative, context, seq)
+            if self._ahead is None and self._active is None and self.inspect:
                 steps, states = [self._inspected_plain_step(seq, context)], None
-            elif self._active is None:
+            elif self._ahead is not None or self._active is None:
                 steps, states = self._decode(seq, context)
             else:
                 steps, states = self._step(seq, context, last)
@@ -164,23 +178,52 @@ class Generation:
                 if step.finished is not None:
                     break  # a stop inside a run of plain steps: the rest is never shown
 
-    def _decode(self, seq, context: list[int], most: int | None = None) -> tuple[list[Step], list | None]:
-        """Plain decoding: a run of one-token steps (at most `most`), each fed on the device by
-        the token the one before it sampled, so the host waits once per run instead of once per
-        token (on CUDA the run is replays of one graph, queued back to back). The tokens are those
-        of single steps; steps past a stop are discarded with the reply. With a DFlash drafter
-        attached, also each step's target states (views of the run's output: read them before
-        the model's next step)."""
+    def _decode(self, seq, context: list[int], most: int | None = None, choice: Choice | None = None
+                ) -> tuple[list[Step], list | None]:
+        """Plain decoding: a run of one-token steps (at most `most`, the steps the policy's
+        `choice` asked for), each fed on the device by the token the one before it sampled, so
+        the host waits once per run instead of once per token (on CUDA the run is replays of one
+        graph, queued back to back). With run_ahead the next run of the same kind is queued
+        before this one is read. The tokens are those of single steps; steps past a stop are
+        discarded with the reply. With a DFlash drafter attached, also each step's target states
+        (views of the run's output: read them before the model's next step)."""
         model = self.model
-        remaining = self.sampling.max_tokens - len(self.tokens)
-        n = max(1, min(self.plain_run, most or self.plain_run, remaining, model.max_context - len(context)))
-        t0 = time.perf_counter()
-        first = torch.tensor(context[-1:], device=model.device)
-        out = model.chain(seq, first, n, self.sampling, TOKEN)
-        tokens = out.tokens.tolist()
-        each = (time.perf_counter() - t0) / n
+        run = None
+        if self._ahead is not None:
+            (run, choice, most), self._ahead = self._ahead, None
+            t0 = self._read_at  # queued while the run before was read: its time runs from that read
+        if run is None:
+            t0 = time.perf_counter()
+            n = max(1, self._run_length(len(context), len(self.tokens), most))
+            first = torch.tensor(context[-1:], device=model.device)
+            run = QueuedRun(model.chain(seq, first, n, self.sampling, TOKEN), n)
+            most = None if most is None else most - n
+        n = run.n
+        more = self.speculative is None if choice is None else most > 0  # more steps of this kind to come
+        if more and self.run_ahead and not self.inspect:
+            ahead = self._run_length(len(context) + n, len(self.tokens) + n, most)
+            if ahead > 0:
+                run.keep_states()  # the next run writes the same buffers
+                queued = QueuedRun(model.chain(seq, run.last, ahead, self.sampling, TOKEN), ahead)
+                self._ahead = (queued, choice, None if most is None else most - ahead)
+        elif more and choice is not None:
+            self._ahead = (None, choice, most)  # the policy's other steps, without asking it again
+        tokens = run.tokens()
+        self._read_at = time.perf_counter()
+        each = (self._read_at - t0) / n
         steps = [plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)]
-        return steps, None if out.states is None else [out.states[i : i + 1] for i in range(n)]
+        if choice is not None:
+            for step in steps:
+                step.gain = choice.gain
+                self.policy.record(choice, step, self._active.members)
+        states = run.out.states
+        return steps, None if states is None else [states[i : i + 1] for i in range(n)]
+
+    def _run_length(self, context_length: int, emitted: int, most: int | None = None) -> int:
+        """Plain steps a run may take: plain_run, within `most`, the reply's budget and the cache's room."""
+        remaining = self.sampling.max_tokens - emitted
+        most = self.plain_run if most is None else most
+        return min(self.plain_run, most, remaining, self.model.max_context - context_length)
 
     def _inspected_plain_step(self, seq, context: list[int]) -> Step:
         """One plain step run alone, so its logits can be read (a chained run keeps none)."""
@@ -213,12 +256,8 @@ class Generation:
         model, sampling = self.model, self.sampling
         choice = self._choose(context)
         if choice.proposer is None and choice.steps > 1 and not self.inspect:
-            # plain steps the policy would take one by one anyway: one run, one host wait
-            steps, states = self._decode(seq, context, choice.steps)
-            for step in steps:
-                step.gain = choice.gain
-                self.policy.record(choice, step, self._active.members)
-            return steps, states
+            # plain steps the policy would take one by one anyway: runs, one host wait each
+            return self._decode(seq, context, choice.steps, choice)
         proposer, k = choice.proposer, choice.k
         t0 = time.perf_counter()
         start = device_mark(model.device)
