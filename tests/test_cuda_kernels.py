@@ -489,3 +489,48 @@ def test_the_fused_training_loss_matches_the_torch_path_on_the_cpu(device):
     (t_cpu, h_cpu, g_cpu), (t_gpu, h_gpu, g_gpu) = out["cpu"], out[device]
     assert rel_err(t_gpu, t_cpu) < 1e-5 and torch.equal(h_gpu, h_cpu)
     assert rel_err(g_gpu, g_cpu) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("vocab", [300, 5000, 151936])
+@pytest.mark.parametrize("settings", [(0.7, 20, 0.8), (1.0, 5, 1.0), (1.3, 8, 0.9), (0.5, 1, 1.0), (0.9, 64, 0.95)])
+def test_the_fused_top_k_draw_is_torchs(dtype, vocab, settings, device, monkeypatch):
+    """engine/kernels/sampling.py draws the token the torch ops of `sample` draw: rows of a
+    verify step, a shared seed or each row's own, every noise stream, ties among the best logits."""
+    from engine.runtime.sampling import DRAFT, TOKEN, SamplingParams, fused_top_k, sample
+
+    temperature, top_k, top_p = settings
+    g = torch.Generator().manual_seed(vocab + top_k)
+    rows = 16
+    logits = (torch.randn(rows, vocab, generator=g) * 3).to(dtype).to(device)
+    # a tie at the top: the smaller index first, as in the whole-vocabulary order (a tie across
+    # the k-th place is left open: which of the tied tokens torch's topk keeps is its own)
+    logits[:, 3] = logits[:, 7] = logits.max(dim=-1).values + 1
+    positions = torch.arange(100, 100 + rows, device=device)
+    seeds = torch.arange(rows, device=device) * 1_000_003 + 2**40
+    for seed, row_seeds, noise in [(0, None, TOKEN), (2**33 + 5, None, DRAFT), (1, seeds, TOKEN)]:
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        monkeypatch.setenv("SPECCHAT_FUSED_SAMPLING", "1")
+        assert fused_top_k(logits, params)
+        fused = sample(logits, positions, params, noise, row_seeds)
+        monkeypatch.setenv("SPECCHAT_FUSED_SAMPLING", "0")
+        ops = sample(logits, positions, params, noise, row_seeds)
+        assert fused.tolist() == ops.tolist()
+
+
+def test_the_fused_draw_inside_a_graph_follows_its_positions(device, monkeypatch):
+    from engine.runtime.sampling import SamplingParams, sample
+
+    monkeypatch.setenv("SPECCHAT_FUSED_SAMPLING", "1")
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=3)
+    logits = torch.randn(4, 5000, device=device)
+    positions = torch.arange(4, device=device)
+    sample(logits, positions, params)  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        drawn = sample(logits, positions, params)
+    for start in (0, 50, 1000):
+        positions.copy_(torch.arange(start, start + 4, device=device))
+        graph.replay()
+        want = sample(logits, positions.clone(), params)
+        assert drawn.tolist() == want.tolist()

@@ -11,6 +11,7 @@ g = -log(-log(u)) is an exact draw from softmax(logits / T), and needs no host r
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -131,6 +132,16 @@ def top_k_scores(logits: torch.Tensor, params: SamplingParams) -> tuple[torch.Te
     return values, index
 
 
+FUSED_MAX_K = 64  # top-k the fused draw takes (engine/kernels/sampling.py); past it, torch's
+
+
+def fused_top_k(logits: torch.Tensor, params: SamplingParams) -> bool:
+    """Whether a top-k draw runs as the two fused kernels: on CUDA, for k up to FUSED_MAX_K, with
+    SPECCHAT_FUSED_SAMPLING=1 (off by default until timed on the GPU against torch's ops)."""
+    return (logits.is_cuda and params.top_k <= FUSED_MAX_K and logits.stride(-1) == 1
+            and os.environ.get("SPECCHAT_FUSED_SAMPLING", "0") == "1")
+
+
 def sample(
     logits: torch.Tensor, positions: torch.Tensor, params: SamplingParams, noise: int = TOKEN,
     seeds: torch.Tensor | None = None,
@@ -140,10 +151,16 @@ def sample(
     With top-k on, the draw is taken among the k best tokens with each one's own noise: the
     same token as over the whole filtered vocabulary (see `top_k_scores`), for a top-k and a few
     k-wide kernels instead of a sort, a hash and some ten passes over V (on the H200 a quarter
-    of a 1.5B's decode step)."""
+    of a 1.5B's decode step); on CUDA two fused kernels (`fused_top_k`) in place of those 80-odd
+    launches, once measured."""
     if params.greedy:
         return logits.argmax(-1)
     seed = params.seed if seeds is None else seeds
+    if among_top_k(logits, params) and fused_top_k(logits, params):
+        from engine.kernels.sampling import sample_top_k  # Triton: CUDA only
+
+        return sample_top_k(logits, positions, params.temperature, params.top_k, params.top_p, params.seed,
+                            noise, seeds)
     if among_top_k(logits, params):
         values, index = top_k_scores(logits, params)
         drawn = gumbel_at(seed, noise, positions, index)
