@@ -131,6 +131,9 @@ def add_train_arguments(p) -> None:
     p.add_argument("--start-from-target", action=argparse.BooleanOptionalAction, default=True,
                    help="start the drafter's layers as copies of the target's last ones (default; on the H200 "
                         "its loss ran 0.65 lower at 2 minutes); --no-start-from-target: random weights")
+    p.add_argument("--start-from", metavar="DIR", default=None,
+                   help="start from a drafter trained before (its folder; its weights and draft vocabulary, "
+                        "a fresh optimizer and schedule): training goes on past one machine's time")
     p.add_argument("--distill", type=float, default=0.0, metavar="W",
                    help="train towards W * the target's own next-token distribution + (1 - W) * its reply's "
                         "token (default 0: the reply's tokens alone); a resumed run keeps its own W")

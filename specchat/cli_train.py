@@ -73,7 +73,8 @@ def train(args) -> int:
                              minutes=args.minutes, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
                              checkpoint_minutes=args.checkpoint_minutes, seed=args.seed,
                              standardize_features=args.standardize_features,
-                             start_from_target=args.start_from_target, distill=args.distill,
+                             start_from_target=args.start_from_target, start_from=args.start_from,
+                             distill=args.distill,
                              draft_vocab=args.draft_vocab, gamma=args.gamma)
     args.max_context = max(args.max_context or 0, args.max_length + 16)
     with message_progress() as progress:

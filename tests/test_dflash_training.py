@@ -465,3 +465,29 @@ def test_a_steps_block_count_is_rounded_up_with_unkept_blocks():
     assert blocks.anchors.shape == (2, 128)
     assert blocks.keep.sum(dim=1).tolist() == [70, 10]
     assert sample_anchors(loss_mask, 100, torch.Generator(), multiple=64).anchors.shape == (2, 100)
+
+
+def test_a_drafter_trained_before_starts_a_run_with_its_weights_and_vocabulary(corpus, tmp_path):
+    """--start-from: training goes on from a drafter's files (a fresh optimizer and schedule),
+    drafting over the same tokens, so a run can carry on past one machine's time."""
+    target, samples, _ = corpus
+    first = Trainer(target, samples, settings(steps=20, draft_vocab=12), tmp_path / "first")
+    losses = []
+    first.run(lambda report: losses.append(report.loss))
+    later = Trainer(target, samples, settings(steps=5, draft_vocab=20, start_from=str(tmp_path / "first")),
+                    tmp_path / "later")
+    for (name, a), (_, b) in zip(first.drafter.state_dict().items(), later.drafter.state_dict().items()):
+        torch.testing.assert_close(b, a.to(target.dtype).float(), rtol=0, atol=0, msg=name)  # as written
+    assert later.vocab.ids.tolist() == first.vocab.ids.tolist()  # its own 12 tokens, not 20 new ones
+    resumed = []
+    later.run(lambda report: resumed.append(report.loss))
+    assert resumed[0] < 0.5 * losses[0]  # it starts where the first run got to, not from scratch
+
+
+def test_a_run_starts_only_from_a_drafter_shaped_as_it(corpus, tmp_path):
+    target, samples, _ = corpus
+    Trainer(target, samples, settings(steps=1), tmp_path / "two").run()
+    with pytest.raises(EngineError, match="--start-from .*2 layers.*this run trains 3"):
+        Trainer(target, samples, settings(num_layers=3, start_from=str(tmp_path / "two")), tmp_path / "three")
+    with pytest.raises(EngineError, match="no config.json"):
+        Trainer(target, samples, settings(start_from=str(tmp_path)), tmp_path / "other")

@@ -33,7 +33,9 @@
 #                          whatever the speed (runs compared at equal samples).
 #                          TAG=-x names the drafter dflash-lLAYERS-x (runs to compare side by side), EXTRA
 #                          passes more train-dflash options (EXTRA=--standardize-features, EXTRA="--distill 1");
-#                          CODE=DIR runs the trainer of the tree unpacked in DIR (git archive COMMIT engine specchat)
+#                          CODE=DIR runs the trainer of the tree unpacked in DIR (git archive COMMIT engine specchat);
+#                          START=NAME starts from a kept drafter restored as dflash-NAME (training carried
+#                          over from an earlier machine: `restore NAME` first)
 #   eval                   tau at k = 15 of every drafter trained here, beside a random one (the bench's
 #                          prompts, the held-out ones and those of long held-out code); the
 #                          loss/tau curves as a PNG (every staged and new history, or CURVES="FILES")
@@ -115,6 +117,8 @@ train)
   layers=${2:-2}; minutes=${3:-9}; batch=${4:-8}; lr=${5:-6e-4}
   dir=$(drafter "$layers")
   resume=""; [ -f "$dir/training/checkpoint.pt" ] && resume="--resume"
+  # START=NAME: a new run from a kept drafter restored as dflash-NAME (its weights, a fresh schedule)
+  [ -z "$resume" ] && [ -n "${START:-}" ] && resume="--start-from $SPECCHAT_CACHE/$name/dflash-$START"
   prompts=$DATA/prompts.jsonl; replies=$(ls $DATA/greedy.jsonl $DATA/sampled.jsonl 2>/dev/null)
   if [ -z "${NO_SHORT:-}" ]; then  # every staged set with replies
     prompts=$DATA/all-prompts.jsonl; cp $DATA/prompts.jsonl $prompts

@@ -1,4 +1,5 @@
-"""Where a drafter's training starts: random weights, or the target's own last layers.
+"""Where a drafter's training starts: random weights, the target's own last layers, or a
+drafter trained before.
 
 A drafter of the target's width can begin as the end of the target itself: its N layers copies
 of the target's last N, its final norm the target's, fc reading only the deepest feature layer
@@ -8,14 +9,22 @@ values of the drafter's first layer are then the target's own keys and values of
 context the way the target does, instead of discovering attention and the vocabulary's
 geometry from noise. What does not carry over starts neutral: the target's q/k/v biases (the
 drafter has none, as z-lab's) are dropped, and q/k norms the target lacks are ones.
+
+A drafter trained before (a folder train-dflash wrote) starts a run from its own weights, with
+a fresh optimizer and schedule: a drafter's files carry no optimizer state, so this is how
+training goes on past one machine's time, the folder carried to the next.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 from engine.errors import EngineError
-from engine.speculation.proposers.dflash.network import DFlashDrafter
+from engine.loading.loader import read_safetensors
+from engine.speculation.proposers.dflash.network import DFlashConfig, DFlashDrafter
 
 
 @torch.no_grad()
@@ -49,3 +58,25 @@ def target_start(drafter: DFlashDrafter, target) -> None:
     deepest = drafter.target_layer_ids.index(max(drafter.target_layer_ids))  # fc's input block
     drafter.fc.weight.zero_()
     drafter.fc.weight[:, deepest * h : (deepest + 1) * h] = torch.eye(h)
+
+
+@torch.no_grad()
+def drafter_start(drafter: DFlashDrafter, folder: str | Path) -> None:
+    """The weights of the drafter in `folder` (z-lab's format, as train-dflash writes it), which
+    must be shaped as this one: layers, block, target layers read and mask token alike."""
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        raise EngineError(f"--start-from {folder}: no config.json there, not a drafter folder")
+    try:
+        theirs = DFlashConfig.from_zlab(json.loads((path / "config.json").read_text()))
+    except ValueError as err:
+        raise EngineError(f"--start-from {folder}: cannot read its config.json: {err}") from None
+    mine = drafter.config
+    if theirs.to_zlab() != mine.to_zlab():
+        raise EngineError(
+            f"--start-from {folder}: a drafter of {theirs.shape.num_layers} layers, blocks of {theirs.block_size}, "
+            f"reading target layers {list(theirs.target_layer_ids)}; this run trains {mine.shape.num_layers} "
+            f"layers, blocks of {mine.block_size}, reading {list(mine.target_layer_ids)} (match --layers, or "
+            "train for this target)"
+        )
+    drafter.load_zlab_state({k: v.float() for k, v in read_safetensors(path).items()})

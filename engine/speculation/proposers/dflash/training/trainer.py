@@ -35,9 +35,9 @@ from engine.speculation.proposers.dflash.training.forward import (
 )
 from engine.speculation.proposers.dflash.training.order import epoch_order
 from engine.speculation.proposers.dflash.training.schedule import learning_rate
-from engine.speculation.proposers.dflash.training.start import random_start, target_start
+from engine.speculation.proposers.dflash.training.start import drafter_start, random_start, target_start
 from engine.speculation.proposers.dflash.training.validation import VALIDATION_SEED, split_validation
-from engine.speculation.proposers.dflash.vocab import DraftVocab, frequent_tokens
+from engine.speculation.proposers.dflash.vocab import DraftVocab, frequent_tokens, read_vocab
 
 CHECKPOINTS = TRAINING  # the checkpoint's folder inside the drafter's
 UNBOUNDED = 10**9  # the step bound of a run that its time budget ends
@@ -81,6 +81,9 @@ class TrainSettings:
     standardize_features: bool = False
     # start from the target's last layers (start.py) instead of random weights
     start_from_target: bool = False
+    # start from the weights (and draft vocabulary) of a drafter trained before, in this folder
+    # (start.py); overrides start_from_target
+    start_from: str | None = None
     # W: each row's training target is W * the target's own next-token distribution + (1 - W) *
     # the reply's token (knowledge distillation); 0 trains on the reply's tokens alone
     distill: float = 0.0
@@ -170,7 +173,10 @@ class Trainer:
         # the drafter's own vocabulary, a function of the training samples (a resumed run, given
         # the same ones, finds the same)
         self.vocab: DraftVocab | None = None
-        if 0 < settings.draft_vocab < target.config.vocab_size:
+        kept = read_vocab(settings.start_from) if settings.start_from else None
+        if kept is not None:  # a drafter trained on goes on drafting over its own tokens
+            self.vocab = DraftVocab(kept, target.decoder.lm_head.weight)
+        elif 0 < settings.draft_vocab < target.config.vocab_size:
             ids = frequent_tokens([x.ids[x.reply_start :] for x in self.samples], settings.draft_vocab)
             self.vocab = DraftVocab(ids, target.decoder.lm_head.weight)
         if checkpoint is not None:
@@ -186,7 +192,9 @@ class Trainer:
 
     def _initialise(self) -> None:
         random_start(self.drafter, self.settings.init_std, self.generator)  # draws the same numbers either way
-        if self.settings.start_from_target:
+        if self.settings.start_from:
+            drafter_start(self.drafter, self.settings.start_from)
+        elif self.settings.start_from_target:
             target_start(self.drafter, self.target)
 
     def _restore(self, checkpoint: dict) -> None:
@@ -376,7 +384,7 @@ class Trainer:
             return states, final
         if self.feature_scale is None:
             self.feature_scale = channel_rms([min(len(x.ids), self.settings.max_length) for x in batch], states)
-            if self.settings.start_from_target and self.state.step == 0:
+            if (self.settings.start_from_target or self.settings.start_from) and self.state.step == 0:
                 with torch.no_grad():  # fc reads the states as they were when it was copied
                     self.drafter.fc.weight.mul_(self.fc_scale())
         return states / self.feature_scale.to(states.dtype), final
