@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from engine.kernels import attention, batch_attention, gemv, ops
+from engine.kernels import attention, batch_attention, gemv, ops, sampling
 
 target = GPUTarget("cuda", 90, 32)
 
@@ -66,3 +66,10 @@ for gdc in (False, True):
 for splits in (1, 4):
     print("batch_decode", splits, build(batch_attention._batch_decode, {"q_ptr": bf, "k_cache_ptr": bf, "v_cache_ptr": bf, "page_table_ptr": "*i64", "positions_ptr": "*i64", "out_ptr": bf, "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "table_stride": i32, "scale": f32}, {"G": 6, "KVH": 2, "D": 128, "M": 16, "PS": 16, "BLOCK_N": 64, "FP32": False, "SPLITS": splits}))
 print("batch_merge", build(batch_attention._batch_merge, {"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "out_ptr": bf}, {"H": 12, "D": 128, "SPLITS": 4}))
+# the fused top-k draw (engine/kernels/sampling.py): bf16 and float32 logits, top-k 1 to 64,
+# top-p on and off, one seed or each row's own; the Qwen vocabulary's 38 blocks
+for dtype, kp in itertools.product((bf, "*fp32"), (2, 32, 64)):
+    print("block_top_k", dtype, kp, build(sampling._block_top_k, {"logits_ptr": dtype, "stride": i32, "inv_t": f32, "V": i32, "cand_ptr": "*i64"}, {"BLOCK": sampling.BLOCK, "KP": kp}))
+for kp, top_p, row_seeds in itertools.product((2, 32, 64), (False, True), (False, True)):
+    cands = 38 * kp
+    print("draw", kp, top_p, row_seeds, build(sampling._draw, {"cand_ptr": "*i64", "positions_ptr": "*i64", "seeds_ptr": "*i64", "seed": "i64", "noise": i32, "top_p": f32, "out_ptr": "*i64"}, {"CANDS": cands, "CP": triton.next_power_of_2(cands), "K": max(1, kp - 3), "KP": kp, "ROW_SEEDS": row_seeds, "TOP_P": top_p}, {"num_warps": 4}))
