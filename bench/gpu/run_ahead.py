@@ -3,11 +3,15 @@ the GPU: ms a token of whole replies, runs read one by one against runs queued a
 alternating; the tokens of both must be the same. Random weights of the bench's shapes.
 
     PYTHONPATH=. python bench/gpu/run_ahead.py [--shapes qwen2.5-0.5b qwen2.5-1.5b qwen3-4b] [--tokens 512]
+
+--save FILE keeps each row's tokens (JSON), for an A/B across processes: the fused top-k draw
+(SPECCHAT_FUSED_SAMPLING=0 / 1, `session.sh sampling-ab`) is chosen when the graphs are captured.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 
@@ -37,7 +41,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=512)
     p.add_argument("--prompt", type=int, default=1024)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--save", help="each row's tokens, as JSON")
     args = p.parse_args()
+    saved = {}
     print(f"{'shape':14s} {'sampling':8s} {'read one by one':>16s} {'queued ahead':>13s} {'ratio':>6s}  same tokens")
     for shape in args.shapes:
         model = random_model(preset(shape), device="cuda", dtype=torch.bfloat16, max_context=4096)
@@ -55,8 +61,12 @@ def main() -> None:
             one, queued = statistics.median(times[False]), statistics.median(times[True])
             print(f"{shape:14s} {name:8s} {one:13.3f} ms {queued:10.3f} ms {one / queued:6.3f}  "
                   f"{tokens[False] == tokens[True]}", flush=True)
+            saved[f"{shape} {name}"] = tokens[True]
         del model
         torch.cuda.empty_cache()
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(saved, f)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,15 @@
 #            needs no quiet GPU (tests while packs are staged); timing subcommands refuse to run
 #            while another process holds GPU memory (common.sh's quiet_gpu)
 #   wait JOB [SECONDS]  until JOB ends or SECONDS pass (default 580): its log's tail, its files into $OUT
+#   sampling-ab  the fused top-k draw (SPECCHAT_FUSED_SAMPLING) off and on, each in processes of
+#            its own, alternating: whole replies of random-weight shapes (bench/gpu/run_ahead.py), and
+#            whether both drew the same tokens
 #   inspector  the step inspector off and on (bench/gpu/inspector.py), on this tree and, when carried,
 #            on an older one without it (.oldtree): off must match the old tree within 2 %
 set -uo pipefail
 export SPECCHAT_CACHE=/root/stage/cache
 source bench/gpu/common.sh
-case "$1" in steps-ab|pdl|batch|batch-runs|chat|adaptive|adaptive-steps|auto-plain|inspector) quiet_gpu || exit 3;; esac
+case "$1" in steps-ab|pdl|batch|batch-runs|chat|adaptive|adaptive-steps|auto-plain|inspector|sampling-ab) quiet_gpu || exit 3;; esac
 name=qwen2.5-coder-1.5b
 file=$name-instruct-q4_k_m.gguf
 case "$1" in
@@ -138,6 +141,16 @@ wait)  # the job's own end marker: a later call cannot see the job's process
   while [ ! -f $bg/$2.rc ] && [ "$waited" -lt "${3:-580}" ]; do sleep 2; waited=$((waited + 2)); done
   if [ -f $bg/$2.rc ]; then echo "$2 done (exit $(cat $bg/$2.rc))"; else echo "$2 still running after $waited s"; fi
   tail -n "${LINES:-40}" $bg/$2.log; cp -r $bg/$2.out/. "$OUT/" 2>/dev/null
+  ;;
+sampling-ab)
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for fused in 0 1; do
+      SPECCHAT_FUSED_SAMPLING=$fused timeout 140 python3 bench/gpu/run_ahead.py --shapes ${SHAPES:-qwen2.5-1.5b qwen2.5-0.5b} \
+        --tokens 384 --rounds 3 --save "$OUT/sampling-$fused-$round.json" 2>&1 | grep -E "^qwen" | sed "s/^/fused $fused: /"
+    done
+  done
+  python3 -c "import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); print('same tokens, fused off and on:', a == b)" \
+    "$OUT/sampling-0-1.json" "$OUT/sampling-1-1.json"
   ;;
 inspector)
   for round in $(seq 1 "${ROUNDS:-2}"); do
