@@ -9,9 +9,9 @@ With `last` the latest token, sampled but not yet run through the model, one ste
 With no proposer (or k = 0) the same step with no drafts is plain decoding; with no proposer,
 or where the adaptive policy asks for several plain steps, runs of such steps are queued
 together, each taking its input token from the one before on the device, so the host does not
-stand between them; with no proposer on a GPU the next run is queued before the host reads one
-(runs.py). When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at
-the start of each step.
+stand between them; on a GPU the next such run is queued before the host reads one (runs.py).
+When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at the start of
+each step, and the plain steps it asks for at once run to their end before it chooses again.
 """
 
 from __future__ import annotations
