@@ -257,6 +257,20 @@ def test_a_draft_chain_syncs_once_per_proposal(tmp_path):
     assert len(back) == 1 and back[0][1] == 8 * 6, back
 
 
+def test_a_drafting_step_reads_its_drafts_and_tokens_back_in_one_copy(tmp_path):
+    from engine import Generation
+
+    target = on_cuda(tiny_model("qwen3", seed=3), eager=False)
+    draft = on_cuda(tiny_model("qwen3", seed=4), eager=False)
+    steps = iter(Generation(target, PROMPT, SamplingParams(max_tokens=40), speculative=DraftProposer(draft, k=4)))
+    next(steps), next(steps), next(steps)  # the prefill, then steps that capture their graphs
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step = next(steps)
+        torch.cuda.synchronize()
+    back = [c[1] for c in memcpys(prof, tmp_path / "step.json") if "DtoH" in c[0]]
+    assert len(step.drafts) == 4 and back == [8 * (2 * 4 + 1)], back  # drafts and verified tokens
+
+
 def proposal_tail(proposer, context) -> list[int]:
     """Two tokens as if the target had accepted the first two drafts."""
     return proposer.seen[len(context) : len(context) + 2]

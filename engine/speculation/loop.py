@@ -268,17 +268,20 @@ class Generation:
         on_device = proposal.drafts_on(model.device)
         if on_device is not None:
             # the drafts go from the drafter's output to the verify step's input on the device,
-            # and come back to the host with the verified tokens: one wait for the whole step
+            # and come back to the host with the verified tokens: one wait, one copy, for the step
             drafted = device_mark(model.device)
             head = torch.full((1,), last, dtype=torch.long, device=model.device)
-            out = model.step(seq, torch.cat((head, on_device[:k])), sampling)
-            drafts = proposal.drafts[:k]
+            on_device = on_device[:k]
+            out = model.step(seq, torch.cat((head, on_device)), sampling)
+            n = on_device.shape[0]
+            read = torch.cat((on_device, self._targets(out, n, proposal, on_device, len(context)))).tolist()
+            drafts, targets = read[:n], read[n:]
             if start is not None:  # the host did not wait for the drafter: the device says how long it took
                 t1 = t0 + start.elapsed_time(drafted) / 1e3
         else:
             drafts = proposal.drafts[:k]
             out = model.step(seq, [last, *drafts], sampling)
-        targets = self._targets(out, drafts, proposal, len(context))
+            targets = self._targets(out, len(drafts), proposal, None, len(context)).tolist()
         t2 = time.perf_counter()
         accepted = 0
         while accepted < len(drafts) and drafts[accepted] == targets[accepted]:
@@ -305,19 +308,18 @@ class Generation:
             first = len(context) - 1 - missing
             proposer.fill(context_states(self.model, seq, context[first:-1], first, proposer.state_layers))
 
-    def _targets(self, out, drafts: list[int], proposal: Proposal, position: int) -> list[int]:
-        """The model's token after each prefix; with sampled drafts, the min(1, p/q) outcome."""
-        if not drafts or proposal.q is None:
-            return out.tokens.tolist()
+    def _targets(self, out, k: int, proposal: Proposal, on_device: torch.Tensor | None, position: int
+                 ) -> torch.Tensor:
+        """The model's token after each prefix of the k drafts ([k + 1], on the device); with
+        sampled drafts, the min(1, p/q) outcome. on_device: the drafts there, if they are."""
+        if not k or proposal.q is None:
+            return out.tokens
         device = out.logits.device
-        k = len(drafts)
         p = self.model.probabilities(out.logits, self.sampling)
-        d = proposal.drafts_on(device)
-        if d is None:
-            d = torch.tensor(drafts, device=device)
+        d = on_device if on_device is not None else torch.tensor(proposal.drafts[:k], device=device)
         positions = torch.arange(position, position + k, device=device)
         q = proposal.q[:k].to(device)
-        return accept_tokens(p, q, d[:k], out.tokens[k], positions, self.sampling).tolist()
+        return accept_tokens(p, q, d, out.tokens[k], positions, self.sampling)
 
     def _emit(self, step: Step) -> Step:
         """Cut the step's tokens where plain decoding would have stopped, and count them."""
