@@ -25,8 +25,9 @@ of the tokens it missed and takes them in with its next pass: up to a step's wor
 pass's graph, more by an extension of their own first (on CUDA context-only graph replays,
 `DrafterGraphs.extend`). That catch-up is what `behind` reports, so the adaptive policy prices it.
 Keeping states cost the target's chained steps some 2 % once (0.02 ms a token on the H200's
-Coder-1.5B; since the fused layers keep them, 0.1 % or less: eighteenth run), and a drafter that
-has sat out TAPS_OFF_AFTER tokens in a row lets the target stop keeping them; the states of the tokens it then misses (`missing`) are computed again, from the
+Coder-1.5B; since the fused layers keep them, 0.1 % or less: eighteenth run), so a drafter could
+let the target stop keeping them after TAPS_OFF_AFTER tokens sat out in a row (now never, by
+default); the states of the tokens it then misses (`missing`) are computed again, from the
 cache, just before it drafts next (the generation's `fill`, part of the catch-up): on CUDA a
 replay of the target's 16-token step graph per 16 tokens (some 0.1 ms a token), op by op where
 the target has no graphs.
@@ -63,9 +64,10 @@ HOLD = 16 * MAX_STEP
 # keeping them cost 0.02 ms a token and computing them again some 27 ms a chunk, the price of
 # keeping them for over a thousand tokens, so only a drafter left out that long lets them go (at
 # 32, the sixteenth run's proposer auto lost 18 % on the conversation to comebacks priced as
-# cheap). Now keeping them costs next to nothing (8 chained steps 9.39 ms with, 9.42 without) and
-# computing them again 0.095 ms a token: letting them go saves little.
-TAPS_OFF_AFTER = 1024
+# cheap). Now keeping them costs next to nothing (8 chained steps 9.39 ms with, 9.42 without, on
+# the H200's 1.5B shape) and computing them again 0.095 ms a token: letting them go saves nothing
+# a comeback does not pay back, so the target keeps them (None: never let go).
+TAPS_OFF_AFTER: int | None = None
 
 
 class DFlashProposer(Proposer):
@@ -145,7 +147,8 @@ class DFlashProposer(Proposer):
             self.fresh = []
         if self.pending >= HOLD:
             self.take_in_held()
-        if len(context) - self.drafted_at >= TAPS_OFF_AFTER and self.target.state_layers:
+        sat_out = len(context) - self.drafted_at
+        if TAPS_OFF_AFTER is not None and sat_out >= TAPS_OFF_AFTER and self.target.state_layers:
             self.keep_states(False)
             # what it holds goes in now: a drafter holding nothing of the reply reads it as its
             # prefill (the policy's `prompt`), which a comeback computing states again is not
