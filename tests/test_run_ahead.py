@@ -144,3 +144,21 @@ def test_plain_steps_the_policy_asked_for_at_once_run_ahead_and_change_nothing(d
     assert order[:6] == ["queue 6", "queue 6", "read 6", "queue 4", "read 6", "read 4"]
     plain = [s for s in steps[1:] if not s.drafts]
     assert [s.gain for s in plain[:16]] == [0.5] * 16  # each step of the runs is the choice's
+
+
+def test_a_change_midway_through_the_policys_plain_steps_takes_effect_at_the_next_step(drafter):
+    """The policy asked for 16 plain steps; k set to 3 after the first of them: the next step
+    drafts 3 (what is not yet queued gives way)."""
+    target = drafter.target
+    proposer = DFlashProposer(drafter, k=AUTO)
+    gen = Generation(target, DFLASH_PROMPT, SamplingParams(max_tokens=40), speculative=proposer,
+                     policy=SitsOut(target))
+    gen.plain_run, gen.run_ahead = 1, False  # the CPU's: one step a run, read at once
+    seen, changed_at = [], None
+    for step in gen:
+        seen.append(step)
+        if changed_at is None and len(seen) > 2 and not step.drafts:  # inside the policy's plain steps
+            proposer.k, changed_at = 3, len(seen)
+    assert changed_at is not None
+    assert len(seen[changed_at].drafts) == 3 and all(s.drafts for s in seen[changed_at:-1])  # no plain step left
+    assert gen.tokens == generate(target, DFLASH_PROMPT, SamplingParams(max_tokens=40)).tokens

@@ -43,6 +43,7 @@ def _keys(vals, idxs):
     """(score, index) as one int64 that orders as the pair does, by score and then by the
     smaller index: the score's float bits made to compare as signed integers, above the index
     counted down."""
+    vals = tl.where(vals == 0.0, 0.0, vals)  # -0.0 is +0.0, as torch compares them
     bits = vals.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     return (ordered.to(tl.int64) << 32) | (0xFFFFFFFF - idxs.to(tl.int64))
@@ -68,7 +69,8 @@ def _block_top_k(logits_ptr, stride, inv_t, V, cand_ptr, BLOCK: tl.constexpr, KP
     tl.store(cand_ptr + out, tl.topk(keys, KP))
 
 
-@triton.jit
+# an integer argument equal to 1 would be compiled in as a constant, which has no .to()
+@triton.jit(do_not_specialize=["seed", "noise"])
 def _draw(cand_ptr, positions_ptr, seeds_ptr, seed, noise, top_p, out_ptr, CANDS: tl.constexpr,
           CP: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, ROW_SEEDS: tl.constexpr, TOP_P: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)

@@ -74,7 +74,8 @@ class Result:
 
 class Generation:
     """An iterator of Steps. `speculative` and `k` may be changed from another thread while it
-    runs: the change takes effect at the next step. `cancel()` stops at the next step.
+    runs: the change takes effect at the next step (after a run of plain steps already queued on
+    the device, on a GPU). `cancel()` stops at the next step.
     `policy` chooses the proposer and k of each step when they are "auto" (default:
     AdaptivePolicy, built at the first such step)."""
 
@@ -159,8 +160,8 @@ class Generation:
                 step = plain_step([], len(context), finished="cancelled")
                 yield self._emit(step)
                 return
-            if self._ahead is not None and self._ahead[0] is None and self.inspect:
-                self._ahead = None  # the inspector reads single steps: the policy chooses again
+            if self._ahead is not None and self._ahead[0] is None and self._switched():
+                self._ahead = None  # the policy's steps not yet queued give way to the change
             if self._ahead is None:  # the policy's steps, or a run queued ahead, go first
                 self._switch(self.speculative, context, seq)
             if self._ahead is None and self._active is None and self.inspect:
@@ -188,29 +189,34 @@ class Generation:
         discarded with the reply. With a DFlash drafter attached, also each step's target states
         (views of the run's output: read them before the model's next step)."""
         model = self.model
-        run = None
+        run, t0 = None, 0.0
         if self._ahead is not None:
             (run, choice, most), self._ahead = self._ahead, None
             t0 = self._read_at  # queued while the run before was read: its time runs from that read
         if run is None:
             t0 = time.perf_counter()
             n = max(1, self._run_length(len(context), len(self.tokens), most))
+            start = device_mark(model.device)
             first = torch.tensor(context[-1:], device=model.device)
-            run = QueuedRun(model.chain(seq, first, n, self.sampling, TOKEN), n)
+            run = QueuedRun(model.chain(seq, first, n, self.sampling, TOKEN), n, start)
             most = None if most is None else most - n
         n = run.n
-        more = self.speculative is None if choice is None else most > 0  # more steps of this kind to come
+        # more steps of this kind to come: with no proposer, or the policy's while nothing changed
+        more = self.speculative is None if choice is None else most > 0 and not self._switched()
+        if more:
+            run.keep_states()  # the next run writes the same buffers, before a proposer reads these
         if more and self.run_ahead and not self.inspect:
             ahead = self._run_length(len(context) + n, len(self.tokens) + n, most)
             if ahead > 0:
-                run.keep_states()  # the next run writes the same buffers
-                queued = QueuedRun(model.chain(seq, run.last, ahead, self.sampling, TOKEN), ahead)
+                queued = QueuedRun(model.chain(seq, run.last, ahead, self.sampling, TOKEN), ahead, run.copied)
                 self._ahead = (queued, choice, None if most is None else most - ahead)
         elif more and choice is not None:
             self._ahead = (None, choice, most)  # the policy's other steps, without asking it again
         tokens = run.tokens()
         self._read_at = time.perf_counter()
-        each = (self._read_at - t0) / n
+        # the device's time where it says (a run queued ahead ran while the host was elsewhere)
+        seconds = run.seconds()
+        each = (self._read_at - t0 if seconds is None else seconds) / n
         steps = [plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)]
         if choice is not None:
             for step in steps:
@@ -218,6 +224,12 @@ class Generation:
                 self.policy.record(choice, step, self._active.members)
         states = run.out.states
         return steps, None if states is None else [states[i : i + 1] for i in range(n)]
+
+    def _switched(self) -> bool:
+        """Whether the proposer, its k or the inspector changed since the policy asked for plain
+        steps: those not yet queued give way at the next step."""
+        active = self._active
+        return self.inspect or self.speculative is not active or active is None or active.k != AUTO
 
     def _run_length(self, context_length: int, emitted: int, most: int | None = None) -> int:
         """Plain steps a run may take: plain_run, within `most`, the reply's budget and the cache's room."""

@@ -21,15 +21,17 @@ class QueuedRun:
     """n one-token steps queued on the device (`Model.chain`'s output) and the copy of their
     tokens to the host."""
 
-    def __init__(self, out: StepOutput, n: int):
-        self.out, self.n = out, n
+    def __init__(self, out: StepOutput, n: int, start=None):
+        """start: a CUDA event the device passed just before the run (the run before's `copied`
+        for one queued ahead), so `seconds` is the run's own time on the device."""
+        self.out, self.n, self.start = out, n, start
         tokens = out.tokens
         self.copied = None
         if tokens.device.type == "cuda":
             # the chain's tokens sit in a graph buffer the next run overwrites: copied out now
             self.host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
             self.host.copy_(tokens, non_blocking=True)
-            self.copied = torch.cuda.Event()
+            self.copied = torch.cuda.Event(enable_timing=True)
             self.copied.record()
         else:
             self.host = tokens
@@ -44,6 +46,12 @@ class QueuedRun:
     def last(self) -> torch.Tensor:
         """The run's last token, on the device: the next run's input, read there in stream order."""
         return self.out.tokens[-1:]
+
+    def seconds(self) -> float | None:
+        """The run's time on the device, once read (None off CUDA)."""
+        if self.start is None or self.copied is None:
+            return None
+        return self.start.elapsed_time(self.copied) / 1e3
 
     def tokens(self) -> list[int]:
         """The run's tokens, once the device has got past it."""
