@@ -151,6 +151,11 @@ sampling-ab)
   done
   python3 -c "import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); print('same tokens, fused off and on:', a == b)" \
     "$OUT/sampling-0-1.json" "$OUT/sampling-1-1.json"
+  # a step's kernels off and on: the sampled run's column against the greedy one's
+  for fused in 0 1; do
+    SPECCHAT_FUSED_SAMPLING=$fused SPECCHAT_PDL=0 timeout 120 python3 bench/gpu/step_kernels.py qwen2.5-1.5b --taps \
+      > "$OUT/kernels-fused-$fused.txt" 2>&1; grep -E "^kernel|^total" "$OUT/kernels-fused-$fused.txt" | sed "s/^/fused $fused: /"
+  done
   ;;
 inspector)
   for round in $(seq 1 "${ROUNDS:-2}"); do
