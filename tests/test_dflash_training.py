@@ -491,3 +491,17 @@ def test_a_run_starts_only_from_a_drafter_shaped_as_it(corpus, tmp_path):
         Trainer(target, samples, settings(num_layers=3, start_from=str(tmp_path / "two")), tmp_path / "three")
     with pytest.raises(EngineError, match="no config.json"):
         Trainer(target, samples, settings(start_from=str(tmp_path)), tmp_path / "other")
+
+
+def test_the_target_pass_may_take_cudnns_attention_alone(monkeypatch):
+    """SPECCHAT_CUDNN_TARGET=1 lets the frozen target's pass choose cuDNN's kernel (few shapes,
+    no backward); the engine's other attention keeps leaving it out."""
+    from torch.nn.attention import SDPBackend
+
+    from engine.runtime import attention
+    from engine.speculation.proposers.dflash.training.forward import target_backends
+
+    assert target_backends() is None
+    monkeypatch.setenv("SPECCHAT_CUDNN_TARGET", "1")
+    assert SDPBackend.CUDNN_ATTENTION in target_backends()
+    assert SDPBackend.CUDNN_ATTENTION not in attention.FUSED_BACKENDS

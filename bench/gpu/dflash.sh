@@ -21,7 +21,9 @@
 #                          keep them as bench/dflash-data/more/greedy.jsonl.gz ...)
 #   profile [LAYERS]       where a training step's time goes (2 layers unless LAYERS; batch 8, 16, 32,
 #                          or BATCHES="16 32"; the largest CUDA kernels of batch 16, or TRACE_BATCH's;
-#                          the drafter vocabulary train-dflash drafts over), before training; CUDNN=1:
+#                          the drafter vocabulary train-dflash drafts over), before training;
+#                          SPECCHAT_CUDNN_TARGET=1 (here or for train): cuDNN's attention for the
+#                          frozen target's pass alone (the sixteenth run's pace had it); CUDNN=1:
 #                          cuDNN's attention among torch's choices (the engine leaves it out: a plan per shape);
 #                          SHAPE=qwen2.5-1.5b: that shape's random weights, no pack needed (while staging)
 #   train LAYERS MINUTES [BATCH] [LR]   train a LAYERS-layer drafter for MINUTES, BATCH samples a

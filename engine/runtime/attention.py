@@ -41,12 +41,20 @@ def allow_cudnn(on: bool = True) -> None:
 allow_cudnn(os.environ.get("SPECCHAT_CUDNN_ATTENTION") == "1")
 
 
-def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
-    """torch's scaled_dot_product_attention, among FUSED_BACKENDS on CUDA (on the CPU, where
-    cuDNN has no kernel, the choice would only cost each call some 30 us of host time)."""
+def with_cudnn() -> list[SDPBackend]:
+    """FUSED_BACKENDS and cuDNN's: for passes of few shapes and no backward, such as the DFlash
+    trainer's frozen target over its length buckets, where a plan per shape is paid once."""
+    return [*FUSED_BACKENDS, *([] if SDPBackend.CUDNN_ATTENTION in FUSED_BACKENDS else [SDPBackend.CUDNN_ATTENTION])]
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backends: list[SDPBackend] | None = None,
+         **kwargs) -> torch.Tensor:
+    """torch's scaled_dot_product_attention, among `backends` (default FUSED_BACKENDS) on CUDA
+    (on the CPU, where cuDNN has no kernel, the choice would only cost each call some 30 us of
+    host time)."""
     if not q.is_cuda:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
-    with sdpa_kernel(FUSED_BACKENDS):
+    with sdpa_kernel(FUSED_BACKENDS if backends is None else backends):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
