@@ -108,6 +108,8 @@ def sample_top_k(logits: torch.Tensor, positions: torch.Tensor, temperature: flo
     top_k best of logits / temperature, top-p cut, with the noise of (seed or seeds[r], noise,
     positions[r], token). Returns [R] int64."""
     rows, vocab = logits.shape
+    if rows == 0:
+        return torch.empty(0, dtype=torch.int64, device=logits.device)
     kp = max(2, triton.next_power_of_2(top_k))
     blocks = triton.cdiv(vocab, BLOCK)
     cands = torch.empty((rows, blocks * kp), dtype=torch.int64, device=logits.device)
