@@ -156,12 +156,12 @@ def sample(
     if params.greedy:
         return logits.argmax(-1)
     seed = params.seed if seeds is None else seeds
-    if among_top_k(logits, params) and fused_top_k(logits, params):
-        from engine.kernels.sampling import sample_top_k  # Triton: CUDA only
-
-        return sample_top_k(logits, positions, params.temperature, params.top_k, params.top_p, params.seed,
-                            noise, seeds)
     if among_top_k(logits, params):
+        if fused_top_k(logits, params):
+            from engine.kernels.sampling import sample_top_k  # Triton: CUDA only
+
+            return sample_top_k(logits, positions, params.temperature, params.top_k, params.top_p, params.seed,
+                                noise, seeds)
         values, index = top_k_scores(logits, params)
         drawn = gumbel_at(seed, noise, positions, index)
         return index.gather(-1, (values + drawn).argmax(-1, keepdim=True)).squeeze(-1)

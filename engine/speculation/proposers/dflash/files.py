@@ -60,13 +60,7 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
                 f"no DFlash drafter {path_or_hub_id!r}: not a directory, not a hub id (owner/name)"
             )
         path = hub_snapshot(path_or_hub_id)
-    if not (path / "config.json").is_file():
-        raise EngineError(f"{path} has no config.json: not a DFlash drafter directory")
-    try:
-        raw = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise EngineError(f"cannot read {path / 'config.json'}: {err}") from None
-    cfg = DFlashConfig.from_zlab(raw)
+    cfg = read_config(path)
     check_fits(cfg, target)
     tensors = read_safetensors(path)
     with torch.device("meta"):
@@ -81,6 +75,17 @@ def load_drafter(path_or_hub_id: str, target) -> DFlashDrafter:
     if vocab is not None:  # trained here over the tokens its target writes most (vocab.py)
         drafter.use_vocab(vocab)
     return drafter
+
+
+def read_config(path: Path) -> DFlashConfig:
+    """The config.json of a drafter's folder (z-lab's format)."""
+    if not (path / "config.json").is_file():
+        raise EngineError(f"{path} has no config.json: not a DFlash drafter directory")
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as err:
+        raise EngineError(f"cannot read {path / 'config.json'}: {err}") from None
+    return DFlashConfig.from_zlab(raw)
 
 
 def cached_drafter_dir(model_name: str) -> Path:

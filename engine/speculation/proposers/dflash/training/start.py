@@ -17,14 +17,14 @@ training goes on past one machine's time, the folder carried to the next.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from engine.errors import EngineError
 from engine.loading.loader import read_safetensors
-from engine.speculation.proposers.dflash.network import DFlashConfig, DFlashDrafter
+from engine.speculation.proposers.dflash.files import read_config
+from engine.speculation.proposers.dflash.network import DFlashDrafter
 
 
 @torch.no_grad()
@@ -65,12 +65,10 @@ def drafter_start(drafter: DFlashDrafter, folder: str | Path) -> None:
     """The weights of the drafter in `folder` (z-lab's format, as train-dflash writes it), which
     must be shaped as this one: layers, block, target layers read and mask token alike."""
     path = Path(folder)
-    if not (path / "config.json").is_file():
-        raise EngineError(f"--start-from {folder}: no config.json there, not a drafter folder")
     try:
-        theirs = DFlashConfig.from_zlab(json.loads((path / "config.json").read_text()))
-    except ValueError as err:
-        raise EngineError(f"--start-from {folder}: cannot read its config.json: {err}") from None
+        theirs = read_config(path)
+    except EngineError as err:
+        raise EngineError(f"--start-from: {err}") from None
     mine = drafter.config
     if theirs.to_zlab() != mine.to_zlab():
         raise EngineError(
