@@ -506,7 +506,9 @@ def test_the_fused_top_k_draw_is_torchs(dtype, vocab, settings, device, monkeypa
     # a tie at the top: the smaller index first, as in the whole-vocabulary order (a tie across
     # the k-th place is left open: which of the tied tokens torch's topk keeps is its own)
     logits[:, 3] = logits[:, 7] = logits.max(dim=-1).values + 1
-    logits[1] = -logits[1].abs() - 1  # one row whose best two are -0.0 and +0.0, equal as torch has them
+    # one row whose best two are -0.0 and +0.0: torch's top-k on CUDA ranks +0.0 first (k = 1 keeps
+    # it), its sort has them equal (top-p sums them in index order)
+    logits[1] = -logits[1].abs() - 1
     logits[1, 11], logits[1, 12] = -0.0, 0.0
     positions = torch.arange(100, 100 + rows, device=device)
     seeds = torch.arange(rows, device=device) * 1_000_003 + 2**40

@@ -56,3 +56,17 @@ def test_drafts_and_q_are_taken_from_the_step_before_the_chain_overwrites_it(sam
     shared, fresh = (generate(target, PROMPT, sampling, speculative=p) for p in proposers)
     assert [s.drafts for s in shared.steps] == [s.drafts for s in fresh.steps]
     assert shared.tokens == fresh.tokens
+
+
+def test_a_drafting_step_leaves_the_drafts_it_read_back_on_the_proposal():
+    """The step's one copy to the host (drafts and verified tokens together) leaves the list on the
+    proposal, so the draft model's next rewind, which reads it, waits for no copy of its own (on
+    CUDA, a second wait for the device each step)."""
+    from engine import Generation
+
+    proposer = DraftProposer(tiny_model("qwen3", seed=4), k=4)
+    steps = iter(Generation(tiny_model("qwen3", seed=3), PROMPT, SamplingParams(max_tokens=20), speculative=proposer))
+    next(steps)  # the prefill
+    step = next(steps)
+    assert len(step.drafts) == 4
+    assert proposer.last._drafts == step.drafts  # read back with the step, not copied again later

@@ -7,8 +7,8 @@ launches that cost a Qwen2.5-1.5B-shaped decode step 0.12 ms over its greedy arg
 
 1. `_block_top_k`: each program takes a block of one row's logits, scales them by 1/T as torch
    does (a product with the float32 reciprocal), and keeps its k best (by score, then by index);
-2. `_draw`: one program a row takes the blocks' candidates, keeps the row's k best in that same
-   order (the whole-vocabulary order that `top_k_scores` sorts into), cuts top-p by the softmax's
+2. `_draw`: one program a row takes the blocks' candidates, keeps the row's k best, sorts them
+   into the whole-vocabulary order that `top_k_scores` sorts into, cuts top-p by the softmax's
    running sum, and draws argmax(score + Gumbel noise) with each token's own counter-based noise,
    the hash of `sampling.uniform_at` in the same int64 arithmetic.
 
@@ -42,8 +42,7 @@ def _mix(x):
 def _keys(vals, idxs):
     """(score, index) as one int64 that orders as the pair does, by score and then by the
     smaller index: the score's float bits made to compare as signed integers, above the index
-    counted down."""
-    vals = tl.where(vals == 0.0, 0.0, vals)  # -0.0 is +0.0, as torch compares them
+    counted down. -0.0 ranks below +0.0, as in torch's radix top-k on CUDA (its bits' order)."""
     bits = vals.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     return (ordered.to(tl.int64) << 32) | (0xFFFFFFFF - idxs.to(tl.int64))
@@ -76,8 +75,12 @@ def _draw(cand_ptr, positions_ptr, seeds_ptr, seed, noise, top_p, out_ptr, CANDS
     row = tl.program_id(0).to(tl.int64)
     at = tl.arange(0, CP)
     keys = tl.load(cand_ptr + row * CANDS + at, mask=at < CANDS, other=NONE)
-    vals, idxs = _unkeys(tl.topk(keys, KP))  # the row's best, in order
+    vals, idxs = _unkeys(tl.topk(keys, KP))  # the row's best
     slots = tl.arange(0, KP)
+    # the k kept, in the order top-p sums them: by score as torch's sort compares (-0.0 equal to
+    # +0.0), then by index
+    keys = tl.where(slots < K, _keys(tl.where(vals == 0.0, 0.0, vals), idxs), NONE)
+    vals, idxs = _unkeys(tl.sort(keys, 0, descending=True))
     vals = tl.where(slots < K, vals, float("-inf"))
     if TOP_P:
         # keep the fewest best tokens whose mass reaches top_p: those with less before them

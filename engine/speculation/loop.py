@@ -283,11 +283,13 @@ class Generation:
             # and come back to the host with the verified tokens: one wait, one copy, for the step
             drafted = device_mark(model.device)
             head = torch.full((1,), last, dtype=torch.long, device=model.device)
+            every = on_device  # all the drafts proposed: the copy brings back the list for later too
             on_device = on_device[:k]
             out = model.step(seq, torch.cat((head, on_device)), sampling)
-            n = on_device.shape[0]
-            read = torch.cat((on_device, self._targets(out, n, proposal, on_device, len(context)))).tolist()
-            drafts, targets = read[:n], read[n:]
+            n, proposed = on_device.shape[0], every.shape[0]
+            read = torch.cat((every, self._targets(out, n, proposal, on_device, len(context)))).tolist()
+            proposal.read_back(read[:proposed])
+            drafts, targets = read[:n], read[proposed:]
             if start is not None:  # the host did not wait for the drafter: the device says how long it took
                 t1 = t0 + start.elapsed_time(drafted) / 1e3
         else:

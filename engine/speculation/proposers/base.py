@@ -42,6 +42,11 @@ class DeviceProposal(Proposal):
             self._drafts = self.on_device.tolist()
         return self._drafts
 
+    def read_back(self, drafts: list[int]) -> None:
+        """The drafts as the step's one copy brought them back: a proposer that asks for the list
+        later (a draft model's next rewind) then waits for no copy of its own."""
+        self._drafts = drafts
+
 
 class Proposer:
     """propose(context, k) -> Proposal; observe(context) after each step; reset(context) at the start.
