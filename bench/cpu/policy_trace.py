@@ -1,0 +1,118 @@
+"""k and proposer "auto" replayed on a traced conversation: the real target's replies and what a
+real DFlash drafter and the n-gram proposer keep at every position, with the H200's step costs.
+
+bench/cpu/conversation_trace.py writes the trace (each turn's greedy reply, and the drafts the
+target keeps after each of its positions). Here each turn becomes a `Shape` per proposer (the
+n-gram proposer's from the real NgramProposer reading the same tokens), and every setting replays
+the turns in order, the policy's estimates carried from turn to turn as a chat's are. Rows: ms a
+token per turn for plain decoding, each proposer at each fixed k and at k auto, and proposer auto
+over both; the figure #17 asks of: auto / auto against the best fixed setting and against plain.
+
+    PYTHONPATH=. python bench/cpu/policy_trace.py TRACE.json [--drafter DIR] [--seeds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from engine import AUTO
+from engine.speculation.proposers.dflash.files import measured_acceptance
+from engine.speculation.proposers.ngram.proposer import NgramProposer
+from engine.speculation.replay import FLASH, PROMPT, Machine, Replayed, Shape, costs, replay, verify_cost
+
+KS = [1, 2, 4, 7, 15]  # bench/gpu/adaptive.py's
+MS = 1e-3
+# The H200, nineteenth run (bench/RESULTS.md; Coder-1.5B, the trained drafter): a plain step 1.23 ms
+# read one by one, 1.215 in runs queued ahead; verify steps 1.37-1.49 at 5 tokens, 1.50 at 9; a
+# drafter pass 0.23-0.25 (0.33 taking in 128 states), its verify steps' states free.
+MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.60}), decode=1.215 * MS,
+                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.04 * MS,
+                  block_pass=0.25 * MS, block_catch_up=0.1 * MS)
+
+
+def ngram_shape(prompt: list[int], reply: list[int]) -> Shape:
+    """The n-gram proposer's bucket and kept run at each reply position after the first token."""
+    proposer = NgramProposer(k=15)
+    proposer.reset(prompt + reply[:1])
+    buckets, runs = [], []
+    for i in range(len(reply) - 1):
+        context = prompt + reply[: i + 1]
+        buckets.append(proposer.bucket(context))
+        drafts = proposer.propose(context, 15).drafts
+        run = 0
+        while run < len(drafts) and i + 1 + run < len(reply) and drafts[run] == reply[i + 1 + run]:
+            run += 1
+        runs.append(run)
+    return Shape(buckets, runs)
+
+
+def flash_shape(turn: dict) -> Shape:
+    """The drafter's view: it always drafts (bucket 1); runs[0] of the trace is its draft after the
+    prompt, which the prefill's token makes moot."""
+    runs = turn["dflash"][1:]
+    return Shape([1] * len(runs), runs)
+
+
+def settings(flash: Shape, ngram: Shape, known):
+    yield "plain", None
+    for name, shape, model in (("ngram", ngram, None), ("dflash", flash, FLASH)):
+        for k in [*KS, AUTO]:
+            yield f"{name} k={k}", Replayed(name, shape, k, model, known if model is FLASH else None)
+    yield "auto / auto", [Replayed("n-gram", ngram), Replayed("dflash", flash, model=FLASH, known=known)]
+
+
+def carried(before, fresh):
+    """The proposers of the turn before reading the new turn (a chat keeps them, and what the
+    policy learnt of them)."""
+    if before is None or fresh is None:
+        return fresh
+    for old, new in zip(before if isinstance(before, list) else [before], fresh if isinstance(fresh, list) else [fresh]):
+        old.shape, old.seen = new.shape, PROMPT
+    return before
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("trace")
+    p.add_argument("--drafter", default=None, help="the traced drafter's folder (its training's measurement: "
+                   "what k auto starts from; default: the trace's, none if it is not there)")
+    p.add_argument("--seeds", type=int, default=5, help="replays of the conversation (step times vary 2 %%)")
+    args = p.parse_args()
+    trace = json.loads(Path(args.trace).read_text())
+    folder = Path(args.drafter or trace["drafter"])
+    known = measured_acceptance(folder, trace["block"]) if folder.exists() else None
+    turns = [(flash_shape(t), ngram_shape(t["prompt"], t["reply"]), len(t["reply"]) - 1) for t in trace["turns"]]
+    names = [name for name, _ in settings(turns[0][0], turns[0][1], known)]
+    per_turn = {name: [0.0] * len(turns) for name in names}
+    for seed in range(args.seeds):
+        for index, name in enumerate(names):
+            kept, step_cost = None, costs(MACHINE)
+            for t, (flash, ngram, length) in enumerate(turns):
+                kept = carried(kept, list(settings(flash, ngram, known))[index][1])
+                run = replay(MACHINE, kept, length, random.Random(seed * 1000 + t), step_cost)
+                per_turn[name][t] += run.seconds / args.seeds
+    tokens = [n for _, _, n in turns]
+    print(f"trace: {args.trace} ({len(turns)} turns, {sum(tokens)} tokens); drafter's own measurement "
+          f"{'used' if known else 'absent'}; {args.seeds} replays\n")
+    print("| setting | " + " | ".join(f"turn {i + 1} ({n})" for i, n in enumerate(tokens)) + " | total s |")
+    print("|---|" + "---|" * (len(turns) + 1))
+    for name in names:
+        cells = " | ".join(f"{1e3 * s / n:.3f}" for s, n in zip(per_turn[name], tokens))
+        print(f"| {name} | {cells} | {sum(per_turn[name]):.3f} |")
+    totals = {name: sum(v) for name, v in per_turn.items()}
+    fixed = {n: s for n, s in totals.items() if "auto" not in n}
+    best = min(fixed, key=fixed.get)
+    auto = per_turn["auto / auto"]
+    worst = max(range(len(turns)), key=lambda t: auto[t] / per_turn["plain"][t])
+    print(f"\nms a token per turn. Best fixed: {best} ({totals[best]:.3f} s); auto / auto {totals['auto / auto']:.3f} s, "
+          f"{totals[best] / totals['auto / auto']:.3f}x its speed (#17: >= 1.10); n-gram auto "
+          f"{totals[best] / totals['ngram k=auto']:.3f}x, dflash auto {totals[best] / totals['dflash k=auto']:.3f}x. "
+          f"Auto / auto's worst turn against plain: turn {worst + 1}, {auto[worst] / per_turn['plain'][worst]:.3f}x "
+          "plain's time (#17: <= 1.02)")
+
+
+if __name__ == "__main__":
+    main()
