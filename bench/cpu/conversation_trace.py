@@ -88,7 +88,7 @@ def main() -> None:
               f"{sum(runs) / max(len(runs), 1):.2f} (k 15, from every position: {mean:.2f} tokens a step); "
               f"{t1 - t0:.0f} s to reply, {time.perf_counter() - t1:.0f} s to trace", file=sys.stderr)
         with open(args.out, "w") as f:
-            json.dump({"model": args.model, "drafter": args.drafter, "block": drafter.block_size,
+            json.dump({"model": args.model, "drafter": args.drafter, "block": drafter.block_size, "known": drafter.measured,
                        "max_new_tokens": args.max_new_tokens, "turns": traced}, f)
 
 

@@ -8,12 +8,15 @@ the turns in order, the policy's estimates carried from turn to turn as a chat's
 token per turn for plain decoding, each proposer at each fixed k and at k auto, and proposer auto
 over both; the figure #17 asks of: auto / auto against the best fixed setting and against plain.
 
-    PYTHONPATH=. python bench/cpu/policy_trace.py TRACE.json [--drafter DIR] [--seeds 5]
+    PYTHONPATH=. python bench/cpu/policy_trace.py TRACE.json[.gz] [--drafter DIR] [--seeds 5]
+
+Traces of the bench's conversation: bench/results/session-19/conversation-trace-*.json.gz.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import random
 from pathlib import Path
@@ -78,12 +81,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace")
     p.add_argument("--drafter", default=None, help="the traced drafter's folder (its training's measurement: "
-                   "what k auto starts from; default: the trace's, none if it is not there)")
+                   "what k auto starts from; default: the trace's folder, else the measurement the trace keeps)")
     p.add_argument("--seeds", type=int, default=5, help="replays of the conversation (step times vary 2 %%)")
     args = p.parse_args()
-    trace = json.loads(Path(args.trace).read_text())
+    opened = gzip.open if args.trace.endswith(".gz") else open
+    with opened(args.trace, "rt") as f:
+        trace = json.load(f)
     folder = Path(args.drafter or trace["drafter"])
-    known = measured_acceptance(folder, trace["block"]) if folder.exists() else None
+    known = measured_acceptance(folder, trace["block"]) if folder.exists() else trace.get("known")
     turns = [(flash_shape(t), ngram_shape(t["prompt"], t["reply"]), len(t["reply"]) - 1) for t in trace["turns"]]
     names = [name for name, _ in settings(turns[0][0], turns[0][1], known)]
     per_turn = {name: [0.0] * len(turns) for name in names}
