@@ -17,7 +17,7 @@ from engine import (
 from engine.limits import MAX_STEP
 from engine.speculation import step_costs as costs
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
-from engine.speculation.adaptive import PROBE_SHARE, AdaptivePolicy, best_k, catch_up_key
+from engine.speculation.adaptive import PROBE_SHARE, REPLY_CARRY, AdaptivePolicy, best_k, catch_up_key
 from engine.speculation.step_costs import CostTable
 from tests.conftest import tiny_model
 
@@ -162,6 +162,27 @@ def test_comes_back_when_drafts_match_again(per_draft):
     back = next(i for i, c in enumerate(choices) if c.k >= 8 and not c.probe)
     assert back < 250
     assert all(c.k >= 8 for c in choices[back + 10 :])
+
+
+def test_a_new_reply_starts_from_part_of_what_the_last_one_showed():
+    """Estimates carry from reply to reply (a chat keeps its proposers), but a new reply's text may be
+    of another kind: it starts from REPLY_CARRY of the evidence, once, so its first steps count more."""
+    proposer = Scripted(0.05)
+    run(policy(), [proposer], 60, lambda who, k: k)  # a reply where every draft is kept
+    before = list(proposer.estimates.acceptance(1).reached)
+    following = policy()  # the next reply's
+    following.estimates(proposer)
+    following.estimates(proposer)  # asked again within the reply: no second cut
+    assert 0 < REPLY_CARRY < 1
+    assert proposer.estimates.acceptance(1).reached == pytest.approx([REPLY_CARRY * r for r in before])
+
+
+def test_after_a_reply_where_drafts_paid_one_where_none_are_kept_sits_out_within_a_few_steps():
+    proposer = Scripted(0.3)  # drafting costs about a third of a step: each missed proposal hurts
+    run(policy(), [proposer], 80, lambda who, k: k)
+    choices = run(policy(), [proposer], 20, lambda who, k: 0)
+    drafting = [i for i, c in enumerate(choices) if c.k and not c.probe]
+    assert drafting and max(drafting) < 10, drafting
 
 
 def test_auto_proposer_takes_the_member_whose_drafts_pay():

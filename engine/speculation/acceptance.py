@@ -92,6 +92,13 @@ class Acceptance:
             weight = LEAN
         return plain, raised
 
+    def shrink(self, share: float) -> None:
+        """Keep `share` of the evidence: the next steps' weigh more against it."""
+        self._tokens = {}
+        self.reached = [share * r for r in self.reached]
+        self.kept = [share * c for c in self.kept]
+        self.explored = self.count_explored()
+
     def record(self, drafted: int, accepted: int) -> None:
         """One verified proposal: `drafted` drafts, the first `accepted` of them kept."""
         self._tokens = {}
