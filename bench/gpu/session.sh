@@ -34,9 +34,10 @@
 #            while another process holds GPU memory (common.sh's quiet_gpu)
 #   wait JOB [SECONDS]  until JOB ends or SECONDS pass (default 580): its log's tail, its files into $OUT
 #   first    what a machine runs first, in the background while the pack stages (`bg first
-#            "bash bench/gpu/session.sh first"`, after `dflash.sh stage`): the tests, sampling-ab,
-#            and the DFlash trainer's step with and without cuDNN for the target's pass (random
-#            weights of the 1.5B shape); each part's output a file of the job's $OUT
+#            "bash bench/gpu/session.sh first"`, after `dflash.sh stage`): the tests, sampling-ab
+#            with SAMPLING=1, and the DFlash trainer's step with and without cuDNN for the
+#            target's pass (random weights of the 1.5B shape); each part's output a file of the
+#            job's $OUT
 #   sampling-ab  the fused top-k draw (SPECCHAT_FUSED_SAMPLING) off and on, each in processes of
 #            its own, alternating: whole replies of random-weight shapes (bench/gpu/run_ahead.py), and
 #            whether both drew the same tokens
@@ -148,7 +149,8 @@ wait)  # the job's own end marker: a later call cannot see the job's process
   ;;
 first)
   bash "$0" tests > "$OUT/tests.txt" 2>&1
-  bash "$0" sampling-ab > "$OUT/sampling-ab.txt" 2>&1
+  # the fused draw's timing only once its tests pass (SAMPLING=1): it held the GPU for minutes
+  [ -n "${SAMPLING:-}" ] && bash "$0" sampling-ab > "$OUT/sampling-ab.txt" 2>&1
   for cudnn in 0 1; do
     SPECCHAT_CUDNN_TARGET=$cudnn SHAPE=qwen2.5-1.5b BATCHES=8 bash bench/gpu/dflash.sh profile > "$OUT/profile-cudnn-$cudnn.txt" 2>&1
   done
