@@ -32,13 +32,13 @@ from engine.speculation.proposers.dflash.training.forward import target_states
 from specchat.bench.conversation import load_turns
 
 
-def kept_runs(drafter, states: torch.Tensor, ids: list[int], start: int) -> list[int]:
-    """For each position p from start - 1 to len(ids) - 2: how many of the drafter's drafts after
-    ids[p] equal ids[p + 1:] (states: the target's for every token of ids)."""
+def kept_runs(drafter, states: torch.Tensor, ids: list[int], start: int, end: int | None = None) -> list[int]:
+    """For each position p from start - 1 to end - 2 (the last of ids by default): how many of the
+    drafter's drafts after ids[p] equal ids[p + 1:] (states: the target's for every token of ids)."""
     drafter.clear()
     drafter.take_in(states[: start - 1])
     runs = []
-    for p in range(start - 1, len(ids) - 1):
+    for p in range(start - 1, (end or len(ids)) - 1):
         new = [states[p - 1 : p]] if p >= start else []
         drafts = drafter.draft(new, ids[p]).tolist()
         run = 0
@@ -57,6 +57,8 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=None, help="the first N turns only")
     p.add_argument("--replies", default=None, help="an earlier trace whose prompts and replies to trace")
     p.add_argument("--conversation", default=None, help="another conversation's file (the bench's by default)")
+    p.add_argument("--prompt-tail", type=int, default=0,
+                   help="also what the drafter keeps over the prompt's last N positions (its own text, before the reply)")
     args = p.parse_args()
     torch.set_grad_enabled(False)
     target = load_model(args.model, max_context=8192)
@@ -80,9 +82,13 @@ def main() -> None:
         t1 = time.perf_counter()
         whole = ids + reply
         target.state_layers = drafter.state_layers
-        runs = kept_runs(drafter, target_states(target, whole), whole, len(ids))
-        target.state_layers = ()
+        states = target_states(target, whole)
+        runs = kept_runs(drafter, states, whole, len(ids))
         traced.append({"prompt": ids, "reply": reply, "dflash": runs})
+        if args.prompt_tail:
+            first = max(2, len(ids) - args.prompt_tail)
+            traced[-1]["prompt_dflash"] = kept_runs(drafter, states, whole, first, len(ids))
+        target.state_layers = ()
         mean = sum(min(r, 15) + 1 for r in runs) / max(len(runs), 1)
         print(f"turn {n + 1}: prompt {len(ids)} tokens, reply {len(reply)}, drafts kept a position "
               f"{sum(runs) / max(len(runs), 1):.2f} (k 15, from every position: {mean:.2f} tokens a step); "
