@@ -59,6 +59,21 @@ def flash_shape(turn: dict) -> Shape:
     return Shape([1] * len(runs), runs)
 
 
+def after_hit_or_miss(shapes: list[Shape], k: int = 15) -> tuple[float, float]:
+    """Drafting k at every step along the replies: the share of steps that keep their first draft
+    after a step that kept one, and after a step that kept none."""
+    counts = {True: [0, 0], False: [0, 0]}  # the last step kept one: [steps, steps that kept one]
+    for shape in shapes:
+        p, last = 0, None
+        while p < len(shape.runs):
+            kept = shape.runs[p] >= 1
+            if last is not None:
+                counts[last][0] += 1
+                counts[last][1] += kept
+            last, p = kept, p + min(shape.runs[p], k) + 1
+    return tuple(hits / max(1, steps) for steps, hits in (counts[True], counts[False]))
+
+
 def settings(flash: Shape, ngram: Shape, known):
     yield "plain", None
     for name, shape, model in (("ngram", ngram, None), ("dflash", flash, FLASH)):
@@ -117,6 +132,9 @@ def main() -> None:
           f"{totals[best] / totals['ngram k=auto']:.3f}x, dflash auto {totals[best] / totals['dflash k=auto']:.3f}x. "
           f"Auto / auto's worst turn against plain: turn {worst + 1}, {auto[worst] / per_turn['plain'][worst]:.3f}x "
           "plain's time (#17: <= 1.02)")
+    after_hit, after_miss = after_hit_or_miss([flash for flash, _, _ in turns])
+    print(f"The drafter at k 15 every step: its first draft kept {after_hit:.0%} of the time after a step that "
+          f"kept one, {after_miss:.0%} after one that kept none")
 
 
 if __name__ == "__main__":
