@@ -21,10 +21,11 @@ import json
 import random
 from pathlib import Path
 
+from bench.cpu.policy_replay import follow
 from engine import AUTO
 from engine.speculation.proposers.dflash.files import measured_acceptance
 from engine.speculation.proposers.ngram.proposer import NgramProposer
-from engine.speculation.replay import FLASH, PROMPT, Machine, Replayed, Shape, costs, replay, verify_cost
+from engine.speculation.replay import FLASH, Machine, Replayed, Shape, costs, replay, verify_cost
 
 KS = [1, 2, 4, 7, 15]  # bench/gpu/adaptive.py's
 MS = 1e-3
@@ -82,16 +83,6 @@ def settings(flash: Shape, ngram: Shape, known):
     yield "auto / auto", [Replayed("n-gram", ngram), Replayed("dflash", flash, model=FLASH, known=known)]
 
 
-def carried(before, fresh):
-    """The proposers of the turn before reading the new turn (a chat keeps them, and what the
-    policy learnt of them)."""
-    if before is None or fresh is None:
-        return fresh
-    for old, new in zip(before if isinstance(before, list) else [before], fresh if isinstance(fresh, list) else [fresh]):
-        old.shape, old.seen = new.shape, PROMPT
-    return before
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace")
@@ -111,7 +102,7 @@ def main() -> None:
         for index, name in enumerate(names):
             kept, step_cost = None, costs(MACHINE)
             for t, (flash, ngram, length) in enumerate(turns):
-                kept = carried(kept, list(settings(flash, ngram, known))[index][1])
+                kept = follow(kept, list(settings(flash, ngram, known))[index][1])
                 run = replay(MACHINE, kept, length, random.Random(seed * 1000 + t), step_cost)
                 per_turn[name][t] += run.seconds / args.seeds
     tokens = [n for _, _, n in turns]

@@ -176,9 +176,10 @@ class AdaptivePolicy:
         self.met: set[int] = set()  # the proposers this reply has asked about
 
     def estimates(self, proposer: Proposer) -> Estimates:
-        if proposer.estimates is not None and id(proposer) not in self.met:
-            proposer.estimates.new_reply()
-        self.met.add(id(proposer))
+        if id(proposer) not in self.met:  # the first time this reply asks about it
+            self.met.add(id(proposer))
+            if proposer.estimates is not None:
+                proposer.estimates.new_reply()
         if proposer.estimates is None:
             # A proposer nothing is known of starts with a budget for one probe, so it is tried
             # at once: on the prior alone a model drafter (a step of its own per draft) never
