@@ -242,7 +242,7 @@ def test_a_drafter_vocabulary_in_graphs_drafts_its_tokens_and_keeps_the_output(g
     assert [t for step in steps for t in step.tokens] == generate(graphed, PROMPT, greedy).tokens
 
 
-def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint):
+def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint, monkeypatch):
     """The graphed pass still runs, but its logits are swapped (inside the graph) for the plain
     reply's next tokens, wrong wherever the position is a multiple of 7: whole blocks are
     accepted or refused part-way, so extensions of many lengths replay their graphs."""
@@ -260,11 +260,38 @@ def test_foreseeing_drafter_in_graphs_keeps_the_output(cpu, graphed, checkpoint)
         return F.one_hot(drafts, VOCAB).float()
 
     drafter._fused_block = foreseeing
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
     for k in (3, 15):
-        result = generate(graphed, PROMPT, greedy, speculative=DFlashProposer(drafter, k))
-        assert result.tokens == plain, k
-        assert max(result.metrics.histogram) >= 3
-    assert len(drafter.graphs.graphs) >= 4, sorted(drafter.graphs.graphs)
+        for ahead in (True, False):  # the pass drafted ahead (one graph), or after each step (one per count)
+            proposer = DFlashProposer(drafter, k)
+            proposer.can_draft_ahead = lambda ahead=ahead: ahead
+            result = generate(graphed, PROMPT, greedy, speculative=proposer)
+            assert result.tokens == plain, (k, ahead)
+            assert max(result.metrics.histogram) >= 3
+    assert "ahead" in drafter.graphs.graphs
+    assert len([key for key in drafter.graphs.graphs if isinstance(key, int)]) >= 4, sorted(map(str, drafter.graphs.graphs))
+
+
+def test_the_graphed_pass_drafted_ahead_is_the_pass_made_after(graphed, checkpoint):
+    """The pass queued behind a verify step takes in all of the step's states and starts its block
+    after the count kept, read from the device: its drafts are those of the pass given the kept
+    states alone, for every count, and the cache is left holding the context."""
+    drafter = load_drafter(str(checkpoint), graphed)
+    ids = PROMPT + [7, 2, 11, 4, 9, 1, 13]
+    states = states_of(graphed, drafter, ids)
+    context, step = states[: len(PROMPT)], states[len(PROMPT):]
+    for accepted in range(step.shape[0]):
+        anchor = torch.tensor([ids[len(PROMPT) + accepted]], device=DEVICE)
+        drafter.clear()
+        drafter.take_in(context)
+        want = drafter.draft([step[: accepted + 1]], anchor).clone()
+        drafter.clear()
+        drafter.take_in(context)
+        got = drafter.draft_ahead(step, torch.tensor([accepted], device=DEVICE), anchor)
+        drafter.settle(len(PROMPT) + accepted + 1)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        after = drafter.draft([], anchor)  # the same block again, from the settled context
+        torch.testing.assert_close(after, want, rtol=0, atol=0)
 
 
 def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypatch):
@@ -285,8 +312,21 @@ def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypa
         assert ids[1:].tolist() == s.drafts
 
 
-def test_after_warm_up_a_dflash_reply_captures_no_graph(graphed, drafter):
-    """Warming DFlash up captures the drafter's passes and the target's steps that keep its states."""
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_tokens=32),
+    SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=32),
+], ids=["greedy", "sampled"])
+def test_drafting_ahead_in_graphs_keeps_the_output(graphed, drafter, sampling, monkeypatch):
+    plain = generate(graphed, PROMPT, sampling).tokens
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
+    for k in (1, 6, 15):
+        assert generate(graphed, PROMPT, sampling, speculative=DFlashProposer(drafter, k)).tokens == plain, k
+
+
+def test_after_warm_up_a_dflash_reply_captures_no_graph(graphed, drafter, monkeypatch):
+    """Warming DFlash up captures the drafter's passes (the one drafted ahead too) and the
+    target's steps that keep its states."""
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
     sampling = SamplingParams(max_tokens=40)
     proposer = DFlashProposer(drafter, k=BLOCK - 1)
     graphed.warm_up(sampling)

@@ -57,12 +57,15 @@
 #                          once (a drafter outlives a machine taken back while idle), the bench rows
 #                          (K), eval, costs, then the conversation (session.sh adaptive, DFlash beside
 #                          n-gram); each part's output a file of the job's $OUT
+#   ahead-ab LAYERS        the bench rows with the next step's pass drafted behind each verify step
+#                          (SPECCHAT_DRAFT_AHEAD=1) and after the host reads it (0), alternating, ROUNDS
+#                          rounds (default 2; K, PROMPTS as for bench); each run's JSON in $OUT/ahead-A-R
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
 set -uo pipefail
 source bench/gpu/common.sh
-case "$1" in profile|bench|costs) quiet_gpu || exit 3;; esac
+case "$1" in profile|bench|costs|ahead-ab) quiet_gpu || exit 3;; esac
 name=qwen2.5-coder-1.5b
 DATA=${DATA:-/root/stage/data}
 drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
@@ -155,6 +158,15 @@ bench)  # the prompts in one run: one load of the target and drafter, one captur
     --k ${K:-2 3 4 8 15 auto} --repeats 2 --warmup 1 --no-peers ${SAMPLED:+--sample-drafts} \
     --out "$OUT/bench-dflash-l$2${TAG:-}${SAMPLED:+-sampled}" 2>&1 \
     | grep -v "Warn\|warn\|regex" | grep "^|\|^#"
+  ;;
+ahead-ab)
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for ahead in 0 1; do
+      SPECCHAT_DRAFT_AHEAD=$ahead timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" \
+        --prompts ${PROMPTS:-edit explain} --k ${K:-4 8} --repeats 2 --warmup 1 --no-peers --out "$OUT/ahead-$ahead-$round" 2>&1 \
+        | grep -v "Warn\|warn\|regex" | grep "^| \(prompt\|edit\|explain\|sampled\|DFlash\)" | sed "s/^/ahead $ahead, round $round: /"
+    done
+  done
   ;;
 costs)
   which=$(drafter "$2"); [ "$2" = random ] && which=""  # a random two-layer drafter: the times are the same

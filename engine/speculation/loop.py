@@ -12,10 +12,14 @@ together, each taking its input token from the one before on the device, so the 
 stand between them; on a GPU the next such run is queued before the host reads one (runs.py).
 When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at the start of
 each step, and the plain steps it asks for at once run to their end before it chooses again.
+A proposer that can (a DFlash drafter at a fixed k, SPECCHAT_DRAFT_AHEAD=1) makes the next step's
+drafts behind the verify step, before the host reads it (Proposer.draft_ahead): the step's
+tokens come back through a pinned buffer the host waits for alone, while the device drafts on.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -116,6 +120,11 @@ class Generation:
         # the step inspector: keep each step's numbers (inspection.py); may be switched from
         # another thread, read at the next step
         self.inspect = False
+        self._pinned: torch.Tensor | None = None  # where a step's tokens land when a pass follows them (_read)
+        # the next step's drafts made behind this step's verify step (Proposer.draft_ahead), with
+        # SPECCHAT_DRAFT_AHEAD=1: held off by default until the GPU has timed it against a pass
+        # made after the host reads each step
+        self.draft_ahead = os.environ.get("SPECCHAT_DRAFT_AHEAD") == "1"
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -287,7 +296,12 @@ class Generation:
             on_device = on_device[:k]
             out = model.step(seq, torch.cat((head, on_device)), sampling)
             n, proposed = on_device.shape[0], every.shape[0]
-            read = torch.cat((every, self._targets(out, n, proposal, on_device, len(context)))).tolist()
+            found = self._targets(out, n, proposal, on_device, len(context))
+            then = None
+            if self._drafts_ahead(proposer, out, n):
+                def then():
+                    proposer.draft_ahead(on_device, found, out.states)
+            read = self._read(torch.cat((every, found)), then)
             proposal.read_back(read[:proposed])
             drafts, targets = read[:n], read[proposed:]
             if start is not None:  # the host did not wait for the drafter: the device says how long it took
@@ -313,6 +327,34 @@ class Generation:
             self.policy.record(choice, step, self._active.members)
         states = None if out.states is None else [out.states[: accepted + 1]]
         return [step], states
+
+    def _drafts_ahead(self, proposer: Proposer, out, drafts: int) -> bool:
+        """Whether the next step's drafts are made behind this verify step, before the host reads
+        it (Proposer.draft_ahead): a proposer that can, at a fixed k (with k "auto" the next step
+        may not draft with it), on a step that leaves the reply room for another."""
+        return (self.draft_ahead and drafts > 0 and out.states is not None and not self.inspect
+                and proposer is self._active
+                and proposer.k != AUTO and proposer.can_draft_ahead()
+                and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
+
+    def _read(self, values: torch.Tensor, then=None) -> list[int]:
+        """values [n] on the host, with `then` queued on the device behind their copy: on a GPU
+        the device runs it while the host reads them and writes the step out (the copy lands in
+        a pinned buffer, and the host waits for that copy alone)."""
+        if then is None or values.device.type != "cuda":
+            read = values.tolist()
+            if then is not None:
+                then()
+            return read
+        if self._pinned is None:
+            self._pinned = torch.empty(4 * MAX_K, dtype=torch.long, pin_memory=True)
+            self._copied = torch.cuda.Event()
+        host = self._pinned[: values.shape[0]]
+        host.copy_(values, non_blocking=True)
+        self._copied.record()
+        then()
+        self._copied.synchronize()
+        return host.tolist()
 
     def _fill(self, seq, proposer: Proposer, context: list[int]) -> None:
         """The states a drafter missed while the target kept none for it, computed again from

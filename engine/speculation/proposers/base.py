@@ -128,6 +128,16 @@ class Proposer:
         whose states are computed again first (adaptive.catch_up_key)."""
         return 0.0
 
+    def can_draft_ahead(self) -> bool:
+        """Whether draft_ahead can make the next step's drafts on the device, unread."""
+        return False
+
+    def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
+        """Queue the next step's proposal behind the verify step just queued (drafts [k] as
+        verified, the model's tokens [k + 1], the step's states), before the host reads it; the
+        host's observe then settles what it found, and the next propose returns it."""
+        raise NotImplementedError
+
     def prime(self, context: list[int]) -> None:
         """Read the context ahead of the first step (the bench does this off the clock)."""
         self.propose(context, 1)

@@ -60,6 +60,8 @@ class DrafterGraphs:
         rows = max(MAX_STEP, CATCH_UP_SIZES[0])
         self.states = torch.zeros(rows, width, dtype=drafter.fc.weight.dtype, device=device)
         self.offsets = torch.arange(rows, device=device)
+        # new states a pass drafted ahead takes in (run_ahead), set on the device
+        self.count = torch.ones(1, dtype=torch.long, device=device)
         self.loaded = torch.cuda.Event()
         self.mempool = mempool
         self.graphs: dict[int, tuple] = {}
@@ -93,6 +95,23 @@ class DrafterGraphs:
         return outputs
 
     @torch.inference_mode()
+    def run_ahead(self, states: torch.Tensor, accepted: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """The pass of DFlashDrafter.draft_ahead as one replay: the count of new states and the
+        anchor come from the device, so the host queues it behind the verify step without reading
+        that step. The graph takes in a whole step's worth of rows (MAX_STEP) and starts the
+        block at start + accepted + 1. The drafts [B-1], a copy (the graph's own output sits in
+        the target's memory pool, which the verify step replayed next may reuse)."""
+        drafter, seq = self.drafter, self.drafter.seq
+        graph, (_, drafts) = self._graph("ahead")
+        start = seq.length
+        seq.append(MAX_STEP + drafter.block_size)  # settle() gives back what the context does not keep
+        self._load(seq.pages, start, anchor)
+        self.count.copy_(accepted.view(1) + 1)
+        self.states[: states.shape[0]].copy_(states)
+        graph.replay()
+        return drafts.clone()
+
+    @torch.inference_mode()
     def extend(self, states: torch.Tensor) -> None:
         """Take states [n, ...] into the context, drafting nothing: context-only replays."""
         seq, row = self.drafter.seq, 0
@@ -124,20 +143,25 @@ class DrafterGraphs:
     def warm_up(self) -> int:
         """Capture the pass for every count of new states (0..MAX_STEP) and the context-only
         graphs now; how many were new."""
-        keys = [*range(MAX_STEP + 1), *(("context", size) for size in CATCH_UP_SIZES)]
+        keys = [*range(MAX_STEP + 1), "ahead", *(("context", size) for size in CATCH_UP_SIZES)]
         new = [key for key in keys if key not in self.graphs]
         for key in new:
             self._graph(key)
         return len(new)
 
-    def _graph(self, key: int | tuple[str, int]):
-        """The pass taking in n new states (key n), or the context-only graph of n (("context", n))."""
+    def _graph(self, key: int | str | tuple[str, int]):
+        """The pass taking in n new states (key n), the pass drafted ahead ("ahead": the count on
+        the device), or the context-only graph of n (("context", n))."""
         if key not in self.graphs:
             self.graphs[key] = self._capture(lambda: self._body(key))
         return self.graphs[key]
 
-    def _body(self, key: int | tuple[str, int]):
+    def _body(self, key: int | str | tuple[str, int]):
         drafter = self.drafter
+        if key == "ahead":  # rows past the count are overwritten by the block (draft_ahead)
+            drafter._extend(self.states[:MAX_STEP], self.start + self.offsets[:MAX_STEP], self.page_table)
+            logits = drafter._fused_block(self.ids, self.start + self.count, self.page_table)
+            return logits, drafter.drafts_of(logits)
         context_only = isinstance(key, tuple)
         n = key[1] if context_only else key
         if n:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.errors import EngineError
-from engine.limits import PAGE_SIZE
+from engine.limits import MAX_STEP, PAGE_SIZE
 from engine.network.config import ModelConfig
 from engine.network.decoder import (
     DecoderLayer,
@@ -221,7 +221,8 @@ class DFlashDrafter(nn.Module):
         s = self.config.shape
         p = self.fc.weight
         device = p.device
-        pages = -(-(max_context + self.block_size) // PAGE_SIZE)
+        # a pass drafted ahead holds a step's worth of states past the context for a while (draft_ahead)
+        pages = -(-(max_context + MAX_STEP + self.block_size) // PAGE_SIZE)
         target_graphs = getattr(target, "graphs", None)
         self.target = target
         self.backend = getattr(target, "backend", "torch")
@@ -271,6 +272,28 @@ class DFlashDrafter(nn.Module):
             return drafts
         # sampling reads logits over the target's vocabulary: a drafter's own is spread into it
         return scores if self.vocab is None else self.vocab.spread(scores, self.target.config.vocab_size)
+
+    @torch.inference_mode()
+    def draft_ahead(self, states: torch.Tensor, accepted: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        """draft() queued behind the verify step that decided its inputs, before the host has read
+        that step: states [n, ...] are the step's states for all its tokens, of which the first
+        accepted + 1 (accepted: a [1] device tensor) become context; anchor ([1], on the device) is
+        the step's last token. The greedy drafts [B-1], left on the device. Until `settle` the
+        cache holds up to a step's worth of positions past the context.
+
+        Every row is taken in: the rows past accepted + 1 are refused drafts' states, and their
+        K/V sit exactly where the block's own go (the block starts at accepted + 1), so the block
+        writes over them before it reads them, and the next pass writes over the block's."""
+        if self.graphs is not None:
+            return self.graphs.run_ahead(states, accepted, anchor)
+        start = self.seq.length  # op by op the host reads the count (free on the CPU)
+        self.extend(states)
+        self.seq.truncate(start + int(accepted) + 1)
+        return self.drafts_of(self.block(anchor))
+
+    def settle(self, length: int) -> None:
+        """The context is `length` tokens: what draft_ahead held past it goes."""
+        self.seq.truncate(length)
 
     def take_in(self, states: torch.Tensor) -> None:
         """Append verified tokens to the context without drafting: through context-only graph

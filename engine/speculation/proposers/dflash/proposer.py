@@ -20,6 +20,14 @@ The drafts stay on the device: propose hands them to the verify step's input as 
 (DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
 the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
 
+At a fixed k the next step's pass can be queued behind the verify step, before the host reads it
+(`draft_ahead`, with SPECCHAT_DRAFT_AHEAD=1): the count of drafts kept and the anchor are found
+on the device, the pass takes in every state of the step (the refused drafts' K/V sit where the
+block's own go, which the block writes first), and the host's `observe` settles the context once
+it has read the step. The device then runs the pass while the host reads the step, writes it out
+and launches the next; a step waited on the host for all of that before (the twentieth run: the
+same rows 10-20 % slower minutes apart as the host's pace drifted, plain decoding's unchanged).
+
 A drafter that sits steps out (k "auto" chose plain steps or another proposer) keeps the states
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
 pass's graph, more by an extension of their own first (on CUDA context-only graph replays,
@@ -89,6 +97,10 @@ class DFlashProposer(Proposer):
         self.pending = 0  # tokens in held and fresh: asked every step, so counted, not summed
         self.drafted_at = 0  # the context's length at the drafter's latest pass (or reset)
         self.target = None
+        # a pass drafted ahead (draft_ahead): its drafts, and the context's length they follow
+        # once observe has read the step; until then `ahead_from`, the drafter's context before it
+        self.ahead: tuple[int, torch.Tensor] | None = None
+        self.ahead_from: int | None = None
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -111,6 +123,7 @@ class DFlashProposer(Proposer):
         target.state_layers = ()
         self.drafter.clear()
         self.held, self.fresh, self.pending = [], [], 0
+        self.ahead = self.ahead_from = None
 
     def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # context[-1] has not run through the target yet: states cover context[:-1]
@@ -119,9 +132,33 @@ class DFlashProposer(Proposer):
         self.drafter.clear()
         self.held, self.fresh, self.pending = [], [states], states.shape[0]
         self.drafted_at = len(context)
+        self.ahead = self.ahead_from = None
         self.keep_states(True)
 
+    def can_draft_ahead(self) -> bool:
+        """Whether the next pass can be queued behind this step's verify step (draft_ahead):
+        greedy drafts (sampled ones are drawn from the pass's logits on the host's side)."""
+        return not self.sampled_drafts
+
+    def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
+        """Queue the next step's pass behind the verify step just queued, before the host reads
+        it: drafts [k] as verified, the model's tokens targets [k + 1] and the step's states
+        [k + 1, ...], all on the device. The count of drafts kept, the anchor and the new context
+        are found there; the host's own reading of the step (observe) then settles the context,
+        and the next proposal is these drafts. So the device runs the pass while the host reads
+        the step and writes it out, instead of waiting for the host to launch it."""
+        k = drafts.shape[0]
+        accepted = (drafts == targets[:k]).int().cumprod(0).sum().view(1)
+        anchor = targets.gather(0, accepted)
+        self.ahead_from = self.drafter.context_length
+        self.ahead = (-1, self.drafter.draft_ahead(states, accepted, anchor))
+
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
+        if self.ahead_from is not None:  # the pass drafted ahead took this step's states in
+            self.drafter.settle(self.ahead_from + states.shape[0])
+            self.ahead_from = None
+            self.ahead = (len(context), self.ahead[1])
+            return
         if states is None:  # a step the target kept no states for: `missing` counts its tokens
             return
         self.fresh.append(states)
@@ -142,6 +179,7 @@ class DFlashProposer(Proposer):
         # The fresh states may sit in the target's graph outputs, which the step about to run
         # overwrites: one device copy keeps them for the next pass. (Taking them in here each
         # step sat out cost more than half a plain step when it ran op by op.)
+        self.ahead = None  # drafts for a step this proposer does not draft
         if self.fresh:
             self.held.append(torch.cat(self.fresh))
             self.fresh = []
@@ -193,6 +231,10 @@ class DFlashProposer(Proposer):
         # whole drafter pass, a catch-up included. The fresh states are read before the target's
         # next step, which may overwrite them (CUDA graph output buffers).
         assert self.missing(context) == 0, "the generation fills the missing states before a proposal"
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead[0] == len(context) and not self.pending:
+            self.drafted_at = len(context)  # the pass already ran, behind the last verify step
+            return DeviceProposal(ahead[1][:k])
         self.drafted_at = len(context)
         states, self.held, self.fresh, self.pending = self.held + self.fresh, [], [], 0
         if self.sampled_drafts:

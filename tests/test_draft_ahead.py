@@ -1,0 +1,193 @@
+"""A DFlash pass drafted ahead: queued behind the verify step that decides its inputs, before the
+host reads that step, it makes the drafts the next step would have made, and the reply stays
+plain decoding's.
+
+The pass takes in every state of the verify step, the refused drafts' too: their K/V sit where
+the block's own go, which the block writes before it reads. These tests hold that on the CPU
+reference path (op by op the host reads the count); tests/test_dflash_cuda.py holds it for the
+graph, where the count stays on the device. The generation drafts ahead with
+SPECCHAT_DRAFT_AHEAD=1, which every test here sets but the last.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from engine import (
+    AUTO,
+    DFlashProposer,
+    Generation,
+    SamplingParams,
+    generate,
+    load_drafter,
+    write_random_drafter,
+)
+from tests.dflash_target import BLOCK, DRAFT_LAYERS, PROMPT, VOCAB, make_target
+
+
+@pytest.fixture(autouse=True)
+def drafting_ahead(monkeypatch):
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(target, tmp_path_factory):
+    return write_random_drafter(tmp_path_factory.mktemp("random"), target, num_layers=DRAFT_LAYERS, std=0.3)
+
+
+def foreseeing(target, checkpoint, wrong_every: int = 7):
+    """A drafter whose pass runs but whose drafts are the plain reply's next tokens, wrong wherever
+    the position is a multiple of `wrong_every`: whole blocks kept, others refused part-way. Given
+    an anchor that is not the reply's token at its position, every draft is wrong."""
+    drafter = load_drafter(str(checkpoint), target)
+    full = PROMPT + generate(target, PROMPT, SamplingParams(max_tokens=80)).tokens
+    block = drafter.block
+
+    def foreseen(anchor):
+        block(anchor)
+        start = drafter.context_length  # the anchor's position
+        token = int(anchor.view(-1)[-1]) if isinstance(anchor, torch.Tensor) else anchor
+        miss = start < len(full) and token != full[start]
+        drafts = [((full[p] if p < len(full) else 0) + (p % wrong_every == 0) + miss) % VOCAB
+                  for p in range(start + 1, start + BLOCK)]
+        return F.one_hot(torch.tensor(drafts), VOCAB).float()
+
+    drafter.block = foreseen
+    return drafter
+
+
+def counting(proposer: DFlashProposer) -> list[int]:
+    """Record the context length at each pass drafted ahead."""
+    calls = []
+    ahead = proposer.draft_ahead
+
+    def recording(drafts, targets, states):
+        calls.append(proposer.drafter.context_length)
+        return ahead(drafts, targets, states)
+
+    proposer.draft_ahead = recording
+    return calls
+
+
+def steps_of(target, proposer, sampling) -> list[tuple]:
+    return [(s.drafts, s.accepted, s.tokens) for s in Generation(target, PROMPT, sampling, (), speculative=proposer)]
+
+
+@pytest.mark.parametrize("k", [1, 3, 8, 15])
+def test_drafting_ahead_makes_the_drafts_the_next_step_would_make(target, checkpoint, k):
+    sampling = SamplingParams(max_tokens=64)
+    ahead = DFlashProposer(foreseeing(target, checkpoint), k)
+    calls = counting(ahead)
+    behind = DFlashProposer(foreseeing(target, checkpoint), k)
+    behind.can_draft_ahead = lambda: False
+    steps = steps_of(target, ahead, sampling)
+    assert steps == steps_of(target, behind, sampling)
+    # each drafting step drafts the next one ahead where the reply's budget leaves room for it
+    emitted, roomy = 0, 0
+    for drafts, _, tokens in steps:
+        roomy += bool(drafts) and sampling.max_tokens - emitted > len(drafts) + 2
+        emitted += len(tokens)
+    assert len(calls) == roomy > 2
+    assert max(s[1] for s in steps) >= min(k, 3), "steps that keep several drafts were exercised"
+    assert [t for s in steps for t in s[2]] == generate(target, PROMPT, sampling).tokens
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_tokens=32),
+    SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=32),
+], ids=["greedy", "sampled"])
+def test_the_reply_drafted_ahead_is_plain_decodings(target, checkpoint, sampling):
+    drafter = load_drafter(str(checkpoint), target)  # random weights: most drafts refused at once
+    proposer = DFlashProposer(drafter, 6)
+    calls = counting(proposer)
+    assert generate(target, PROMPT, sampling, speculative=proposer).tokens == generate(target, PROMPT, sampling).tokens
+    assert calls
+    assert target.state_layers == ()
+
+
+def test_the_context_after_a_pass_drafted_ahead_holds_the_kept_tokens_only(target, checkpoint):
+    """At each proposal the drafter's cache holds the context but its last token, as after a pass
+    made then: what draft_ahead held past it (a step's worth of rows) is given back."""
+    proposer = DFlashProposer(foreseeing(target, checkpoint), 8)
+    counting(proposer)
+    seen = []
+    propose = proposer.propose
+
+    def checking(context, k):
+        out = propose(context, k)
+        seen.append((proposer.drafter.context_length, len(context) - 1))
+        return out
+
+    proposer.propose = checking
+    generate(target, PROMPT, SamplingParams(max_tokens=40), speculative=proposer)
+    assert len(seen) > 3 and all(have == want for have, want in seen), seen
+
+
+def test_refused_drafts_states_taken_in_change_no_draft(target, checkpoint):
+    """draft_ahead takes in all k + 1 states of a step and keeps accepted + 1: its drafts are those
+    of a pass given the kept states alone, for every count kept."""
+    k = 6
+    drafter = load_drafter(str(checkpoint), target)
+    ids = PROMPT + [7, 2, 11, 4, 9, 1, 13]
+    target.state_layers = drafter.state_layers
+    seq = target.new_sequence()
+    try:
+        states = target.forward(seq, torch.tensor(ids))[1]
+    finally:
+        target.state_layers = ()
+        seq.release()
+    context, step = states[: len(PROMPT)], states[len(PROMPT):]
+    assert step.shape[0] == k + 1
+    for accepted in range(k + 1):
+        anchor = torch.tensor([ids[len(PROMPT) + accepted]])
+        drafter.clear()
+        drafter.extend(context)
+        want = drafter.draft([step[: accepted + 1]], anchor).clone()
+        drafter.clear()
+        drafter.extend(context)
+        got = drafter.draft_ahead(step, torch.tensor([accepted]), anchor)
+        assert drafter.context_length == len(PROMPT) + accepted + 1
+        assert torch.equal(got, want), accepted
+
+
+def test_k_auto_and_sampled_drafts_do_not_draft_ahead(target, checkpoint):
+    """k auto may not draft the next step with this proposer; sampled drafts are drawn from the
+    pass's logits on the host's side."""
+    greedy, sampled = SamplingParams(max_tokens=24), SamplingParams(temperature=0.9, seed=3, max_tokens=24)
+    for proposer, sampling in [(DFlashProposer(load_drafter(str(checkpoint), target), AUTO), greedy),
+                               (DFlashProposer(load_drafter(str(checkpoint), target), 4, sample=True), sampled)]:
+        calls = counting(proposer)
+        result = generate(target, PROMPT, sampling, speculative=proposer)
+        assert result.metrics.drafted > 0 and calls == []
+
+
+def test_a_proposer_switched_away_drops_what_it_drafted_ahead(target, checkpoint):
+    """Switched off mid-reply and back on, the proposer drafts afresh from the context it is given."""
+    sampling = SamplingParams(max_tokens=48)
+    proposer = DFlashProposer(foreseeing(target, checkpoint), 5)
+    counting(proposer)
+    gen = Generation(target, PROMPT, sampling, (), speculative=proposer)
+    who = []
+    for step in gen:
+        who.append(step.proposer)
+        if len(who) == 4:
+            gen.speculative = None
+        if len(who) == 8:
+            gen.speculative = proposer
+    assert "off" in who[4:8] and "dflash" in who[8:]
+    assert gen.tokens == generate(target, PROMPT, sampling).tokens
+    assert proposer.ahead is None or proposer.ahead_from is None
+
+
+
+def test_without_the_switch_no_pass_is_drafted_ahead(target, checkpoint, monkeypatch):
+    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD")
+    proposer = DFlashProposer(foreseeing(target, checkpoint), 4)
+    calls = counting(proposer)
+    result = generate(target, PROMPT, SamplingParams(max_tokens=32), speculative=proposer)
+    assert result.metrics.accepted > 0 and calls == []
