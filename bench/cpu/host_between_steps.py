@@ -54,6 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         drafter = load_drafter(str(write_random_drafter(Path(tmp) / "drafter", model, num_layers=1)), model)
     settings = [("n-gram k 15", lambda: NgramProposer(15)), ("n-gram k auto", lambda: NgramProposer(AUTO)),
+                ("DFlash k 4", lambda: DFlashProposer(drafter, 4)), ("DFlash k auto", lambda: DFlashProposer(drafter, AUTO)),
                 ("auto / auto (n-gram, DFlash)", lambda: AutoProposer([NgramProposer(AUTO),
                                                                        DFlashProposer(drafter, AUTO)]))]
     print("| setting | steps | outside the windows, µs a step |")

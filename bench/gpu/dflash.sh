@@ -115,7 +115,7 @@ profile)
     trace=""; [ "$batch" = "${TRACE_BATCH:-16}" ] && trace="--trace 12"
     timeout 200 python3 bench/gpu/dflash_step_profile.py $model $DATA/prompts.jsonl $DATA/greedy.jsonl \
       --layers "${2:-2}" --batch-size $batch --anchors 256 --steps 10 $trace ${CUDNN:+--cudnn} 2>&1 \
-      | grep -v "Warn\|warn\|tokenizer" | tail -24
+      | grep -v "Warn\|warn\|tokenizer" | tail -$([ -n "$trace" ] && echo 48 || echo 24)
   done
   ;;
 train)

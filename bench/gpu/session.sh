@@ -35,9 +35,8 @@
 #   wait JOB [SECONDS]  until JOB ends or SECONDS pass (default 580): its log's tail, its files into $OUT
 #   first    what a machine runs first, in the background while the pack stages (`bg first
 #            "bash bench/gpu/session.sh first"`, after `dflash.sh stage`): the DFlash trainer's
-#            step with and without cuDNN for the target's pass (random weights of the 1.5B
-#            shape), the tests, sampling-ab with SAMPLING=1; each part's output a file of the
-#            job's $OUT
+#            step and its largest kernels (random weights of the 1.5B shape), the tests,
+#            sampling-ab with SAMPLING=1; each part's output a file of the job's $OUT
 #   sampling-ab  the fused top-k draw (SPECCHAT_FUSED_SAMPLING) off and on, each in processes of
 #            its own, alternating: whole replies of random-weight shapes (bench/gpu/run_ahead.py), and
 #            whether both drew the same tokens
@@ -148,10 +147,9 @@ wait)  # the job's own end marker: a later call cannot see the job's process
   tail -n "${LINES:-40}" $bg/$2.log; cp -r $bg/$2.out/. "$OUT/" 2>/dev/null
   ;;
 first)
-  # the trainer's cuDNN A/B first: a run started minutes later takes its answer
-  for cudnn in 0 1; do
-    SPECCHAT_CUDNN_TARGET=$cudnn SHAPE=qwen2.5-1.5b BATCHES=8 bash bench/gpu/dflash.sh profile > "$OUT/profile-cudnn-$cudnn.txt" 2>&1
-  done
+  # where a training step's time goes, kernel by kernel (the twentieth run settled cuDNN for the
+  # target's pass: slower), before the tests
+  SHAPE=qwen2.5-1.5b BATCHES=8 TRACE_BATCH=8 bash bench/gpu/dflash.sh profile > "$OUT/profile-trainer.txt" 2>&1
   bash "$0" tests > "$OUT/tests.txt" 2>&1
   # the fused draw's timing only once its tests pass (SAMPLING=1): it held the GPU for minutes
   [ -n "${SAMPLING:-}" ] && bash "$0" sampling-ab > "$OUT/sampling-ab.txt" 2>&1
