@@ -280,18 +280,21 @@ def test_the_graphed_pass_drafted_ahead_is_the_pass_made_after(graphed, checkpoi
     ids = PROMPT + [7, 2, 11, 4, 9, 1, 13]
     states = states_of(graphed, drafter, ids)
     context, step = states[: len(PROMPT)], states[len(PROMPT):]
+    # logits compared, not drafts: the graph projects 16 rows where the other projects n, and
+    # cuBLAS may round the two apart in the last bits (a near-tie would flip an argmax)
     for accepted in range(step.shape[0]):
         anchor = torch.tensor([ids[len(PROMPT) + accepted]], device=DEVICE)
         drafter.clear()
         drafter.take_in(context)
-        want = drafter.draft([step[: accepted + 1]], anchor).clone()
+        want = drafter.draft([step[: accepted + 1]], anchor, logits=True).clone()
         drafter.clear()
         drafter.take_in(context)
-        got = drafter.draft_ahead(step, torch.tensor([accepted], device=DEVICE), anchor)
+        drafter.draft_ahead(step, torch.tensor([accepted], device=DEVICE), anchor)
+        got = drafter.graphs.graphs["ahead"][1][0].clone()
         drafter.settle(len(PROMPT) + accepted + 1)
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-        after = drafter.draft([], anchor)  # the same block again, from the settled context
-        torch.testing.assert_close(after, want, rtol=0, atol=0)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        after = drafter.draft([], anchor, logits=True)  # the same block again, from the settled context
+        torch.testing.assert_close(after, want, rtol=1e-4, atol=1e-4)
 
 
 def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypatch):

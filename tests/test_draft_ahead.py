@@ -191,3 +191,14 @@ def test_without_the_switch_no_pass_is_drafted_ahead(target, checkpoint, monkeyp
     calls = counting(proposer)
     result = generate(target, PROMPT, SamplingParams(max_tokens=32), speculative=proposer)
     assert result.metrics.accepted > 0 and calls == []
+
+
+def test_an_inspected_step_is_not_drafted_ahead(target, checkpoint):
+    """The inspector reads the verify step's logits after the step, which a pass queued behind it
+    may overwrite on a GPU: inspected steps draft after the host reads them."""
+    proposer = DFlashProposer(foreseeing(target, checkpoint), 4)
+    calls = counting(proposer)
+    gen = Generation(target, PROMPT, SamplingParams(max_tokens=32), (), speculative=proposer)
+    gen.inspect = True
+    steps = list(gen)
+    assert any(s.inspection is not None and s.drafts for s in steps) and calls == []

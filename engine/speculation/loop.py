@@ -280,6 +280,9 @@ class Generation:
             # plain steps the policy would take one by one anyway: runs, one host wait each
             return self._decode(seq, context, choice.steps, choice)
         proposer, k = choice.proposer, choice.k
+        # read once: the chat may switch it mid-step, and a step drafted ahead must not be inspected
+        # (the pass queued behind the verify step may reuse the memory of its logits)
+        inspect = self.inspect
         t0 = time.perf_counter()
         start = device_mark(model.device)
         if k > 0:
@@ -298,7 +301,7 @@ class Generation:
             n, proposed = on_device.shape[0], every.shape[0]
             found = self._targets(out, n, proposal, on_device, len(context))
             then = None
-            if self._drafts_ahead(proposer, out, n):
+            if not inspect and self._drafts_ahead(proposer, out, n):
                 def then():
                     proposer.draft_ahead(on_device, found, out.states)
             read = self._read(torch.cat((every, found)), then)
@@ -320,7 +323,7 @@ class Generation:
         name = proposer.name if proposer else "off"
         step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
                     propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe)
-        if self.inspect:  # after the clock: the inspector's reading is not the step's cost
+        if inspect:  # after the clock: the inspector's reading is not the step's cost
             q = proposal.q if drafts else None
             step.inspection = inspect_step(out.logits, out.tokens, drafts, accepted, q, len(context), sampling)
         if self._active.k == AUTO:
@@ -331,9 +334,9 @@ class Generation:
     def _drafts_ahead(self, proposer: Proposer, out, drafts: int) -> bool:
         """Whether the next step's drafts are made behind this verify step, before the host reads
         it (Proposer.draft_ahead): a proposer that can, at a fixed k (with k "auto" the next step
-        may not draft with it), on a step that leaves the reply room for another."""
-        return (self.draft_ahead and drafts > 0 and out.states is not None and not self.inspect
-                and proposer is self._active
+        may not draft with it), on a step that leaves the reply room for another and that the
+        inspector does not read."""
+        return (self.draft_ahead and drafts > 0 and out.states is not None and proposer is self._active
                 and proposer.k != AUTO and proposer.can_draft_ahead()
                 and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
 

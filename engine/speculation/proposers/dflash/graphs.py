@@ -179,4 +179,5 @@ class DrafterGraphs:
         h[:] = 0
         h[self.pages_index :] = self.scratch_page
         self.inputs.copy_(self.host)
+        self.count.fill_(1)  # the pass drafted ahead writes within the scratch page too
         return capture(body, self.mempool)

@@ -137,8 +137,11 @@ class DFlashProposer(Proposer):
 
     def can_draft_ahead(self) -> bool:
         """Whether the next pass can be queued behind this step's verify step (draft_ahead):
-        greedy drafts (sampled ones are drawn from the pass's logits on the host's side)."""
-        return not self.sampled_drafts
+        greedy drafts (sampled ones are drawn from the pass's logits on the host's side), from
+        the drafter's graph where it runs on a GPU (op by op there, the host would wait for the
+        count it reads before queuing the pass: no gain)."""
+        on_gpu = self.drafter.fc.weight.device.type == "cuda"
+        return not self.sampled_drafts and (self.drafter.graphs is not None or not on_gpu)
 
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's pass behind the verify step just queued, before the host reads
@@ -155,6 +158,7 @@ class DFlashProposer(Proposer):
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         if self.ahead_from is not None:  # the pass drafted ahead took this step's states in
+            # (only their count is read: the pass may have reused the memory they sat in)
             self.drafter.settle(self.ahead_from + states.shape[0])
             self.ahead_from = None
             self.ahead = (len(context), self.ahead[1])
