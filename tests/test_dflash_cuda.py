@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import DFlashProposer, SamplingParams, generate, load_drafter, write_random_drafter
+from engine import AUTO, DFlashProposer, SamplingParams, generate, load_drafter, write_random_drafter
 from engine.runtime.model import Model
 from tests.dflash_target import BLOCK, PROMPT, VOCAB, make_target
 
@@ -322,7 +322,7 @@ def test_verify_step_takes_the_drafts_from_the_device(graphed, drafter, monkeypa
 def test_drafting_ahead_in_graphs_keeps_the_output(graphed, drafter, sampling, monkeypatch):
     plain = generate(graphed, PROMPT, sampling).tokens
     monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
-    for k in (1, 6, 15):
+    for k in (1, 6, 15, AUTO):
         assert generate(graphed, PROMPT, sampling, speculative=DFlashProposer(drafter, k)).tokens == plain, k
 
 

@@ -155,15 +155,38 @@ def test_refused_drafts_states_taken_in_change_no_draft(target, checkpoint):
         assert torch.equal(got, want), accepted
 
 
-def test_k_auto_and_sampled_drafts_do_not_draft_ahead(target, checkpoint):
-    """k auto may not draft the next step with this proposer; sampled drafts are drawn from the
-    pass's logits on the host's side."""
-    greedy, sampled = SamplingParams(max_tokens=24), SamplingParams(temperature=0.9, seed=3, max_tokens=24)
-    for proposer, sampling in [(DFlashProposer(load_drafter(str(checkpoint), target), AUTO), greedy),
-                               (DFlashProposer(load_drafter(str(checkpoint), target), 4, sample=True), sampled)]:
-        calls = counting(proposer)
-        result = generate(target, PROMPT, sampling, speculative=proposer)
-        assert result.metrics.drafted > 0 and calls == []
+def test_sampled_drafts_are_not_drafted_ahead(target, checkpoint):
+    """They are drawn from the pass's logits on the host's side."""
+    proposer = DFlashProposer(load_drafter(str(checkpoint), target), 4, sample=True)
+    calls = counting(proposer)
+    result = generate(target, PROMPT, SamplingParams(temperature=0.9, seed=3, max_tokens=24), speculative=proposer)
+    assert result.metrics.drafted > 0 and calls == []
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_tokens=64),
+    SamplingParams(temperature=0.9, top_p=0.95, seed=7, max_tokens=64),
+], ids=["greedy", "sampled"])
+def test_k_auto_drafts_ahead_keeps_the_output_and_learns_that_cost_apart(target, checkpoint, sampling):
+    """With k auto the policy may take another option after a pass made ahead (it was for
+    nothing); where it drafts with it, it prices the pass as mostly paid, learnt apart from a
+    pass made for the step."""
+    proposer = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    calls = counting(proposer)
+    steps = list(Generation(target, PROMPT, sampling, (), speculative=proposer))
+    assert [t for s in steps for t in s.tokens] == generate(target, PROMPT, sampling).tokens
+    est = proposer.estimates
+    assert calls and est.ahead.measured, "passes were made ahead and drafted from"
+    assert est.drafting.measured, "the reply's first pass was made for its step"
+
+
+def test_without_drafts_made_ahead_the_policy_prices_a_whole_pass(target, checkpoint, monkeypatch):
+    """The policy's choice is unchanged where nothing is drafted ahead: no cost is learnt as
+    made ahead."""
+    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD")
+    proposer = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    generate(target, PROMPT, SamplingParams(max_tokens=64), speculative=proposer)
+    assert proposer.estimates.drafting.measured and not proposer.estimates.ahead.measured
 
 
 def test_a_proposer_switched_away_drops_what_it_drafted_ahead(target, checkpoint):

@@ -59,7 +59,7 @@
 #                          n-gram); each part's output a file of the job's $OUT
 #   ahead-ab LAYERS        the bench rows with the next step's pass drafted behind each verify step
 #                          (SPECCHAT_DRAFT_AHEAD=1) and after the host reads it (0), alternating, ROUNDS
-#                          rounds (default 2; K, PROMPTS as for bench); each run's JSON in $OUT/ahead-A-R
+#                          rounds (default 2; K, default "4 8 auto", PROMPTS as for bench); each run's JSON in $OUT/ahead-A-R
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
@@ -163,7 +163,7 @@ ahead-ab)
   for round in $(seq 1 "${ROUNDS:-2}"); do
     for ahead in 0 1; do
       SPECCHAT_DRAFT_AHEAD=$ahead timeout 280 python3 -m specchat bench table --model $name --dflash "$(drafter "$2")" \
-        --prompts ${PROMPTS:-edit explain} --k ${K:-4 8} --repeats 2 --warmup 1 --no-peers --out "$OUT/ahead-$ahead-$round" 2>&1 \
+        --prompts ${PROMPTS:-edit explain} --k ${K:-4 8 auto} --repeats 2 --warmup 1 --no-peers --out "$OUT/ahead-$ahead-$round" 2>&1 \
         | grep -v "Warn\|warn\|regex" | grep "^| \(prompt\|edit\|explain\|sampled\|DFlash\)" | sed "s/^/ahead $ahead, round $round: /"
     done
   done

@@ -54,6 +54,11 @@ On the bench's conversation and a second one, traced with the real target and a 
 drafter and replayed with the H200's step costs (bench/cpu/policy_trace.py, nineteenth run),
 half carried took proposer auto from 1.046-1.087x the best fixed setting to 1.062-1.100x.
 
+A proposer whose drafts were made behind the last verify step (Proposer.drafted_ahead: a DFlash
+drafter with SPECCHAT_DRAFT_AHEAD=1) has mostly paid for them while the host read that step: its
+cost then is what of the pass the host did not hide, learnt apart (`Estimates.ahead`) from that
+of a pass made for the step.
+
 Where plain steps win and nothing but the budgets changes until one could pay for a probe (no
 proposer's bucket follows the text), the policy asks for that many plain steps at once, which the
 generation runs back to back with one host wait.
@@ -79,6 +84,7 @@ EXPLORE = 0.25  # plain steps' time: drafting that costs less than this more is 
 IN_RUN = 1  # tokens behind of a proposal in a run of drafting steps (after a bonus: the bonus)
 REPLY_CARRY = 0.5  # share of a proposer's evidence a new reply starts from
 OPTIMISM = 1.0  # standard errors each acceptance is raised by when choosing k of nearly free drafts
+AHEAD_SHARE = 0.25  # of a pass's seeded cost, what one made behind the verify step is first taken to cost
 
 
 @dataclass
@@ -100,6 +106,7 @@ class Choice:
     displaced: float = 0.0  # a probe: the value of the step it was taken instead of
     steps: int = 1  # a plain step: how many to take before choosing again
     hoped: float | None = None  # nearly free drafts: the tokens they were weighed by (above `tokens`)
+    ahead: bool = False  # its drafts were made behind the last verify step (Proposer.drafted_ahead)
 
     @property
     def value(self) -> float:
@@ -144,6 +151,8 @@ class Estimates:
     def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
         self.buckets: dict[int, Acceptance] = {}
         self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
+        # drafts made behind the last verify step: what of their pass the host did not hide
+        self.ahead = CostTable(lambda k: AHEAD_SHARE * proposer.drafting_seed(k, step_cost))
         self.catch_up = CostTable(lambda n: proposer.catch_up_seed(n, step_cost))
         self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
         self.known = proposer.known_acceptance()  # each bucket's estimates start from it
@@ -158,6 +167,11 @@ class Estimates:
         if found is None:
             found = self.buckets[bucket] = Acceptance(known=self.known)
         return found
+
+    def drafting_costs(self, ahead: bool = False) -> list[float]:
+        """[0, cost of drafting 1 .. MAX_K]: a pass made for the step, or one already made behind
+        the last verify step (`ahead`), of which only what the host did not hide is left to pay."""
+        return (self.ahead if ahead else self.drafting).upto(MAX_K)
 
     def catching_up(self, behind: int, recompute: bool = False) -> float:
         return self.catch_up(catch_up_key(behind, recompute)) if behind > IN_RUN or recompute else 0.0
@@ -217,7 +231,8 @@ class AdaptivePolicy:
             # kept, took k 8-15 for the tokens of k 3 (H200, sixteenth run: 0.89-0.94x its best k)
             free = est.known is None and est.drafting(MAX_K) <= EXPLORE * verify[1]
             curve = acceptance.tokens(OPTIMISM if free else 0.0)
-            option = self.option(proposer, curve, limit, verify, worth, acceptance.explored)
+            option = self.option(proposer, curve, limit, verify, worth, acceptance.explored,
+                                 proposer.drafted_ahead(context))
             if free:
                 option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
             behind = proposer.behind(context)
@@ -244,14 +259,15 @@ class AdaptivePolicy:
         return best
 
     def option(self, proposer: Proposer, curve: list[float], limit: int, verify: list[float], worth: float,
-               explored: int = MAX_K) -> Choice:
+               explored: int = MAX_K, ahead: bool = False) -> Choice:
         """The k of most value for `proposer` from the expected-tokens curve `curve`. Past the
         `explored` positions the curve is the shallower positions' word only: a proposer whose
         drafts cost time goes at most twice as deep as it has seen (a few lucky drafts are not
-        worth 15 drafts' time), one whose drafts are nearly free as deep as the curve says."""
+        worth 15 drafts' time), one whose drafts are nearly free as deep as the curve says.
+        `ahead`: its drafts were made behind the last verify step, their pass mostly paid."""
         top = min(limit, proposer.max_k)
         fixed = min(proposer.k, top) if proposer.k != AUTO else 0
-        drafting = proposer.estimates.drafting.upto(MAX_K)
+        drafting = proposer.estimates.drafting_costs(ahead)
         deep = 2 * explored + 1
         if top > deep:
             bound, k = drafting[deep] + EXPLORE * verify[1], deep
@@ -260,7 +276,7 @@ class AdaptivePolicy:
             top = k
         ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
         k, tokens, seconds = best_k(curve, drafting, verify, ks, worth)
-        return Choice(proposer, k, tokens, seconds, verify[1], worth=worth)
+        return Choice(proposer, k, tokens, seconds, verify[1], worth=worth, ahead=ahead)
 
     def place(self, option: Choice, bucket: int, behind: int, prompt: bool, recompute: bool = False) -> None:
         """Set the option's bucket and how far behind its proposer is, and add the catch-up. A
@@ -275,7 +291,7 @@ class AdaptivePolicy:
         """A probe of option's proposer. It asks whether the text has turned its way, so it
         drafts as a proposer nothing is known of would (its own estimates, having kept it out,
         would ask with too few drafts); its expected tokens are still its estimates'."""
-        asked = self.option(option.proposer, PRIOR_CURVE, limit, verify, option.worth)
+        asked = self.option(option.proposer, PRIOR_CURVE, limit, verify, option.worth, ahead=option.ahead)
         asked.tokens = option.proposer.estimates.acceptance(option.bucket).tokens()[asked.k]
         self.place(asked, option.bucket, option.behind, option.prompt, option.recompute)
         asked.probe = True
@@ -285,7 +301,7 @@ class AdaptivePolicy:
     def worst_loss(option: Choice, best: Choice, verify: list[float]) -> float:
         """Seconds at R that taking `option` instead of `best` loses should none of its drafts
         be kept; no less than with a single draft, its cheapest."""
-        least = option.catch_up + option.proposer.estimates.drafting.upto(MAX_K)[1] + verify[2]
+        least = option.catch_up + option.proposer.estimates.drafting_costs(option.ahead)[1] + verify[2]
         return (best.value - 1.0) / option.worth + min(option.seconds, least)
 
     def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, verify: list[float],
@@ -323,7 +339,9 @@ class AdaptivePolicy:
             return
         est = self.estimates(choice.proposer)
         drafting = est.drafting(choice.k)
-        if choice.prompt:
+        if choice.ahead:  # the pass ran behind the last verify step: what of it was not hidden
+            est.ahead.add(choice.k, step.propose_s)
+        elif choice.prompt:
             seconds = step.verify_s + drafting  # its prefill is no probe's cost
         elif choice.behind > IN_RUN or choice.recompute:
             # the proposal ran the tokens missed first: that time is the catch-up's, not drafting's

@@ -12,7 +12,7 @@ together, each taking its input token from the one before on the device, so the 
 stand between them; on a GPU the next such run is queued before the host reads one (runs.py).
 When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at the start of
 each step, and the plain steps it asks for at once run to their end before it chooses again.
-A proposer that can (a DFlash drafter at a fixed k, SPECCHAT_DRAFT_AHEAD=1) makes the next step's
+A proposer that can (a DFlash drafter, SPECCHAT_DRAFT_AHEAD=1) makes the next step's
 drafts behind the verify step, before the host reads it (Proposer.draft_ahead): the step's
 tokens come back through a pinned buffer the host waits for alone, while the device drafts on.
 """
@@ -333,11 +333,12 @@ class Generation:
 
     def _drafts_ahead(self, proposer: Proposer, out, drafts: int) -> bool:
         """Whether the next step's drafts are made behind this verify step, before the host reads
-        it (Proposer.draft_ahead): a proposer that can, at a fixed k (with k "auto" the next step
-        may not draft with it), on a step that leaves the reply room for another and that the
-        inspector does not read."""
-        return (self.draft_ahead and drafts > 0 and out.states is not None and proposer is self._active
-                and proposer.k != AUTO and proposer.can_draft_ahead()
+        it (Proposer.draft_ahead): a proposer that can, on a step that leaves the reply room for
+        another and that the inspector does not read. With k or the proposer "auto" the policy
+        may then take another option, and the pass was for nothing; where it drafts again, it
+        knows the pass mostly paid (AdaptivePolicy: `ahead`)."""
+        return (self.draft_ahead and drafts > 0 and out.states is not None
+                and proposer in self._active.members and proposer.can_draft_ahead()
                 and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
 
     def _read(self, values: torch.Tensor, then=None) -> list[int]:

@@ -132,6 +132,11 @@ class Proposer:
         """Whether draft_ahead can make the next step's drafts on the device, unread."""
         return False
 
+    def drafted_ahead(self, context: list[int]) -> bool:
+        """Whether drafts for `context` were made behind the last verify step (draft_ahead): a
+        proposal now costs what of that pass the host did not hide."""
+        return False
+
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's proposal behind the verify step just queued (drafts [k] as
         verified, the model's tokens [k + 1], the step's states), before the host reads it; the

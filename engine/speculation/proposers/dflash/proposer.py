@@ -20,13 +20,14 @@ The drafts stay on the device: propose hands them to the verify step's input as 
 (DeviceProposal.on_device); the host reads the list with the verify step's tokens. On CUDA
 the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
 
-At a fixed k the next step's pass can be queued behind the verify step, before the host reads it
+The next step's pass can be queued behind the verify step, before the host reads it
 (`draft_ahead`, with SPECCHAT_DRAFT_AHEAD=1): the count of drafts kept and the anchor are found
 on the device, the pass takes in every state of the step (the refused drafts' K/V sit where the
 block's own go, which the block writes first), and the host's `observe` settles the context once
 it has read the step. The device then runs the pass while the host reads the step, writes it out
 and launches the next; a step waited on the host for all of that before (the twentieth run: the
 same rows 10-20 % slower minutes apart as the host's pace drifted, plain decoding's unchanged).
+With k "auto" the policy may then choose another option, and that pass was for nothing.
 
 A drafter that sits steps out (k "auto" chose plain steps or another proposer) keeps the states
 of the tokens it missed and takes them in with its next pass: up to a step's worth inside the
@@ -143,6 +144,9 @@ class DFlashProposer(Proposer):
         on_gpu = self.drafter.fc.weight.device.type == "cuda"
         return not self.sampled_drafts and (self.drafter.graphs is not None or not on_gpu)
 
+    def drafted_ahead(self, context: list[int]) -> bool:
+        return self.ahead is not None and self.ahead[0] == len(context) and not self.pending
+
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's pass behind the verify step just queued, before the host reads
         it: drafts [k] as verified, the model's tokens targets [k + 1] and the step's states
@@ -235,10 +239,11 @@ class DFlashProposer(Proposer):
         # whole drafter pass, a catch-up included. The fresh states are read before the target's
         # next step, which may overwrite them (CUDA graph output buffers).
         assert self.missing(context) == 0, "the generation fills the missing states before a proposal"
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None and ahead[0] == len(context) and not self.pending:
+        if self.drafted_ahead(context):
+            drafts, self.ahead = self.ahead[1], None
             self.drafted_at = len(context)  # the pass already ran, behind the last verify step
-            return DeviceProposal(ahead[1][:k])
+            return DeviceProposal(drafts[:k])
+        self.ahead = None
         self.drafted_at = len(context)
         states, self.held, self.fresh, self.pending = self.held + self.fresh, [], [], 0
         if self.sampled_drafts:
