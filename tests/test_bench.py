@@ -452,3 +452,13 @@ def test_a_timed_run_holds_the_collectors_full_passes_while_its_clock_runs(model
     timed_generate(model, [1, 2, 3, 1, 2], SamplingParams(max_tokens=6), [], None)
     assert during and set(during) == {HELD}
     assert gc.get_threshold() == before
+
+
+def test_bench_json_names_the_engine_switches_it_ran_with(tmp_path, capsys, tiny_models, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "1")
+    monkeypatch.setenv("SPECCHAT_CACHE", str(tmp_path / "cache"))
+    results, printed = bench(tmp_path, capsys, "--model", "target")
+    switches = results["environment"]["switches"]
+    assert switches["SPECCHAT_DRAFT_AHEAD"] == "1" and "SPECCHAT_CACHE" not in switches
+    command = next(line for line in printed.out.splitlines() if line.startswith("`specchat bench"))
+    assert command.endswith("SPECCHAT_DRAFT_AHEAD=1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -40,7 +41,17 @@ def environment(device, dtype, command: str) -> dict:
         "commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
+        "switches": switches(),
     }
+
+
+PLACES = {"SPECCHAT_CACHE", "SPECCHAT_HOME", "SPECCHAT_WHEELS"}  # where files live, not how the engine runs
+
+
+def switches() -> dict[str, str]:
+    """The engine's SPECCHAT_ settings of the environment (the places of files aside): a figure
+    taken with a fused kernel or a pass drafted ahead switched on says so."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("SPECCHAT_") and k not in PLACES}
 
 
 def cpu_name() -> str:
@@ -268,7 +279,7 @@ def markdown(results: dict) -> str:
             f"tokens, median of {settings['repeats']} after {settings['warmup']} warm-up; torch {env['torch']}, "
             f"transformers {env['transformers']}, commit {env['commit'] or 'unknown'}, {env['date']}."
         ),
-        f"`{env['command']}`",
+        f"`{env['command']}`" + "".join(f" {k}={v}" for k, v in env.get("switches", {}).items()),
         "",
         (
             "Speedup: decode tokens per second over plain decoding's, same engine, prompt and sampling, "
