@@ -23,6 +23,7 @@ from engine import (
     write_random_drafter,
 )
 from tests.dflash_target import BLOCK, DRAFT_LAYERS, PROMPT, VOCAB, make_target
+from tests.scripted_policy import RUN, Scripted
 
 
 @pytest.fixture(autouse=True)
@@ -225,3 +226,33 @@ def test_an_inspected_step_is_not_drafted_ahead(target, checkpoint):
     gen.inspect = True
     steps = list(gen)
     assert any(s.inspection is not None and s.drafts for s in steps) and calls == []
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_tokens=70),
+    SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70),
+], ids=["greedy", "sampled"])
+def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(target, checkpoint, sampling):
+    """A scripted policy drafts, sits out runs of plain steps, drafts again: the drafts made
+    ahead of a step it sat out are dropped, the states it missed are taken in with its next pass,
+    and the reply stays plain decoding's."""
+    proposer = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
+    calls = counting(proposer)
+    seen = []  # at each proposal: (drafts made ahead used, the drafter's context, the context's)
+    propose = proposer.propose
+
+    def checking(context, k):
+        ahead = proposer.drafted_ahead(context)
+        out = propose(context, k)
+        seen.append((ahead, proposer.drafter.context_length, len(context) - 1))
+        return out
+
+    proposer.propose = checking
+    policy = Scripted(target)
+    gen = Generation(target, PROMPT, sampling, speculative=proposer, policy=policy)
+    gen.plain_run = RUN
+    list(gen)
+    assert gen.tokens == generate(target, PROMPT, sampling).tokens
+    assert calls and any(ahead for ahead, _, _ in seen), "drafting steps drafted the next ahead"
+    assert any(behind for _, behind in policy.drafted), "a comeback caught up on what it held"
+    assert all(have == want for _, have, want in seen), seen

@@ -7,6 +7,10 @@ says how far behind it is, so the policy prices that catch-up and learns it as c
 as the cost of drafting. One that sits out long lets the target stop keeping its states (they
 cost every step); those it then missed are computed again from the cache before it drafts, and
 draft what kept ones would have. The output stays plain decoding's, greedy and sampled.
+
+These pin passes made for their step: a pass drafted ahead (SPECCHAT_DRAFT_AHEAD=1) takes a
+drafting step's states in behind its verify step, outside the next proposal, and is priced apart
+(tests/test_draft_ahead.py).
 """
 
 import pytest
@@ -24,44 +28,18 @@ from engine import (
 )
 from engine.limits import MAX_STEP
 from engine.speculation import context_states as recompute
-from engine.speculation.adaptive import AdaptivePolicy, Choice, catch_up_key
+from engine.speculation.adaptive import catch_up_key
 from engine.speculation.proposers.dflash import proposer as dflash
-from engine.speculation.step_costs import CostTable
 from tests.conftest import tiny_model
 from tests.dflash_target import DRAFT_LAYERS, PROMPT, make_target
+from tests.scripted_policy import RUN, Scripted
 
 SAMPLINGS = [SamplingParams(max_tokens=70), SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)]
-RUN = 8  # plain steps per run, as on CUDA
-# per choice: k drafts, or 0 for a run of RUN plain steps; four runs in a row sit out more than
-# a step's worth of tokens, one run less
-SCRIPT = [3, 2, 0, 3, 0, 0, 0, 0, 3, 3]
 
 
-class Scripted(AdaptivePolicy):
-    """The real policy's bookkeeping (record) on choices a script makes; how far behind the
-    proposer says it is when it drafts is kept."""
-
-    script = SCRIPT
-
-    def __init__(self, model):
-        super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
-        self.choices = 0
-        self.drafted: list[tuple[int, int]] = []  # (k, behind) of each drafting choice
-        self.recomputed: list[int] = []  # behind of each that computed let-go states again first
-
-    def choose(self, proposers, context, limit):
-        proposer = proposers[0]
-        k = min(self.script[self.choices % len(self.script)], limit)
-        self.choices += 1
-        self.estimates(proposer)
-        if not k:
-            return Choice(None, 0, plain_seconds=1e-3, steps=RUN)
-        behind, recompute = proposer.behind(context), proposer.missing(context) > 0
-        self.drafted.append((k, behind))
-        if recompute:
-            self.recomputed.append(behind)
-        return Choice(proposer, k, plain_seconds=1e-3, behind=behind, prompt=behind >= len(context) - 1,
-                      recompute=recompute)
+@pytest.fixture(autouse=True)
+def passes_made_for_their_step(monkeypatch):
+    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD", raising=False)
 
 
 @pytest.fixture(scope="module")
