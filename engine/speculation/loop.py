@@ -120,7 +120,9 @@ class Generation:
         # the step inspector: keep each step's numbers (inspection.py); may be switched from
         # another thread, read at the next step
         self.inspect = False
-        self._pinned: torch.Tensor | None = None  # where a step's tokens land when a pass follows them (_read)
+        # where a step's tokens land when a pass follows them, and the event of their copy (_read)
+        self._pinned: torch.Tensor | None = None
+        self._copied = None
         # the next step's drafts made behind this step's verify step (Proposer.draft_ahead), with
         # SPECCHAT_DRAFT_AHEAD=1: held off by default until the GPU has timed it against a pass
         # made after the host reads each step

@@ -98,10 +98,9 @@ class DFlashProposer(Proposer):
         self.pending = 0  # tokens in held and fresh: asked every step, so counted, not summed
         self.drafted_at = 0  # the context's length at the drafter's latest pass (or reset)
         self.target = None
-        # a pass drafted ahead (draft_ahead): its drafts, and the context's length they follow
-        # once observe has read the step; until then `ahead_from`, the drafter's context before it
-        self.ahead: tuple[int, torch.Tensor] | None = None
-        self.ahead_from: int | None = None
+        # a pass drafted ahead (draft_ahead): the context's length its drafts follow (None until
+        # observe has read the step and settled the drafter's context), and the drafts
+        self.ahead: tuple[int | None, torch.Tensor] | None = None
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -124,7 +123,7 @@ class DFlashProposer(Proposer):
         target.state_layers = ()
         self.drafter.clear()
         self.held, self.fresh, self.pending = [], [], 0
-        self.ahead = self.ahead_from = None
+        self.ahead = None
 
     def reset(self, context: list[int], states: torch.Tensor | None = None) -> None:
         # context[-1] has not run through the target yet: states cover context[:-1]
@@ -133,7 +132,7 @@ class DFlashProposer(Proposer):
         self.drafter.clear()
         self.held, self.fresh, self.pending = [], [states], states.shape[0]
         self.drafted_at = len(context)
-        self.ahead = self.ahead_from = None
+        self.ahead = None
         self.keep_states(True)
 
     def can_draft_ahead(self) -> bool:
@@ -157,14 +156,13 @@ class DFlashProposer(Proposer):
         k = drafts.shape[0]
         accepted = (drafts == targets[:k]).int().cumprod(0).sum().view(1)
         anchor = targets.gather(0, accepted)
-        self.ahead_from = self.drafter.context_length
-        self.ahead = (-1, self.drafter.draft_ahead(states, accepted, anchor))
+        self.ahead = (None, self.drafter.draft_ahead(states, accepted, anchor))
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
-        if self.ahead_from is not None:  # the pass drafted ahead took this step's states in
-            # (only their count is read: the pass may have reused the memory they sat in)
-            self.drafter.settle(self.ahead_from + states.shape[0])
-            self.ahead_from = None
+        if self.ahead is not None and self.ahead[0] is None:
+            # the pass drafted ahead took this step's states in (their memory may be reused by
+            # now): the drafter's context is the context but its last token, as after any pass
+            self.drafter.settle(len(context) - 1)
             self.ahead = (len(context), self.ahead[1])
             return
         if states is None:  # a step the target kept no states for: `missing` counts its tokens
