@@ -5,8 +5,8 @@ plain decoding's.
 The pass takes in every state of the verify step, the refused drafts' too: their K/V sit where
 the block's own go, which the block writes before it reads. These tests hold that on the CPU
 reference path (op by op the host reads the count); tests/test_dflash_cuda.py holds it for the
-graph, where the count stays on the device. The generation drafts ahead with
-SPECCHAT_DRAFT_AHEAD=1, which every test here sets but the last.
+graph, where the count stays on the device. The generation drafts ahead unless
+SPECCHAT_DRAFT_AHEAD=0, which only the tests of that switch set.
 """
 
 import pytest
@@ -184,7 +184,7 @@ def test_k_auto_drafts_ahead_keeps_the_output_and_learns_that_cost_apart(target,
 def test_without_drafts_made_ahead_the_policy_prices_a_whole_pass(target, checkpoint, monkeypatch):
     """The policy's choice is unchanged where nothing is drafted ahead: no cost is learnt as
     made ahead."""
-    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD")
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "0")
     proposer = DFlashProposer(foreseeing(target, checkpoint), AUTO)
     generate(target, PROMPT, SamplingParams(max_tokens=64), speculative=proposer)
     assert proposer.estimates.drafting.measured and not proposer.estimates.ahead.measured
@@ -209,8 +209,8 @@ def test_a_proposer_switched_away_drops_what_it_drafted_ahead(target, checkpoint
 
 
 
-def test_without_the_switch_no_pass_is_drafted_ahead(target, checkpoint, monkeypatch):
-    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD")
+def test_switched_off_no_pass_is_drafted_ahead(target, checkpoint, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "0")
     proposer = DFlashProposer(foreseeing(target, checkpoint), 4)
     calls = counting(proposer)
     result = generate(target, PROMPT, SamplingParams(max_tokens=32), speculative=proposer)

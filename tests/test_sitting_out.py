@@ -8,7 +8,7 @@ as the cost of drafting. One that sits out long lets the target stop keeping its
 cost every step); those it then missed are computed again from the cache before it drafts, and
 draft what kept ones would have. The output stays plain decoding's, greedy and sampled.
 
-These pin passes made for their step: a pass drafted ahead (SPECCHAT_DRAFT_AHEAD=1) takes a
+These pin passes made for their step (SPECCHAT_DRAFT_AHEAD=0): a pass drafted ahead takes a
 drafting step's states in behind its verify step, outside the next proposal, and is priced apart
 (tests/test_draft_ahead.py).
 """
@@ -39,7 +39,7 @@ SAMPLINGS = [SamplingParams(max_tokens=70), SamplingParams(temperature=0.8, top_
 
 @pytest.fixture(autouse=True)
 def passes_made_for_their_step(monkeypatch):
-    monkeypatch.delenv("SPECCHAT_DRAFT_AHEAD", raising=False)
+    monkeypatch.setenv("SPECCHAT_DRAFT_AHEAD", "0")
 
 
 @pytest.fixture(scope="module")

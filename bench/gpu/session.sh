@@ -152,7 +152,7 @@ first)
   SHAPE=qwen2.5-1.5b BATCHES=8 TRACE_BATCH=8 bash bench/gpu/dflash.sh profile > "$OUT/profile-trainer.txt" 2>&1
   bash "$0" tests > "$OUT/tests.txt" 2>&1
   # the fused draw's timing only once its tests pass (SAMPLING=1): it held the GPU for minutes
-  [ -n "${SAMPLING:-}" ] && bash "$0" sampling-ab > "$OUT/sampling-ab.txt" 2>&1
+  if [ -n "${SAMPLING:-}" ]; then bash "$0" sampling-ab > "$OUT/sampling-ab.txt" 2>&1; fi
   ;;
 sampling-ab)
   for round in $(seq 1 "${ROUNDS:-2}"); do

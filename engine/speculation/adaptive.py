@@ -55,7 +55,7 @@ drafter and replayed with the H200's step costs (bench/cpu/policy_trace.py, nine
 half carried took proposer auto from 1.046-1.087x the best fixed setting to 1.062-1.100x.
 
 A proposer whose drafts were made behind the last verify step (Proposer.drafted_ahead: a DFlash
-drafter with SPECCHAT_DRAFT_AHEAD=1) has mostly paid for them while the host read that step: its
+drafter, unless SPECCHAT_DRAFT_AHEAD=0) has mostly paid for them while the host read that step: its
 cost then is what of the pass the host did not hide, learnt apart (`Estimates.ahead`) from that
 of a pass made for the step.
 

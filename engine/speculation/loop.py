@@ -12,7 +12,7 @@ together, each taking its input token from the one before on the device, so the 
 stand between them; on a GPU the next such run is queued before the host reads one (runs.py).
 When k or the proposer is "auto", the adaptive policy (adaptive.py) chooses both at the start of
 each step, and the plain steps it asks for at once run to their end before it chooses again.
-A proposer that can (a DFlash drafter, SPECCHAT_DRAFT_AHEAD=1) makes the next step's
+A proposer that can (a DFlash drafter; SPECCHAT_DRAFT_AHEAD=0 turns it off) makes the next step's
 drafts behind the verify step, before the host reads it (Proposer.draft_ahead): the step's
 tokens come back through a pinned buffer the host waits for alone, while the device drafts on.
 """
@@ -123,10 +123,10 @@ class Generation:
         # where a step's tokens land when a pass follows them, and the event of their copy (_read)
         self._pinned: torch.Tensor | None = None
         self._copied = None
-        # the next step's drafts made behind this step's verify step (Proposer.draft_ahead), with
-        # SPECCHAT_DRAFT_AHEAD=1: held off by default until the GPU has timed it against a pass
-        # made after the host reads each step
-        self.draft_ahead = os.environ.get("SPECCHAT_DRAFT_AHEAD") == "1"
+        # the next step's drafts made behind this step's verify step (Proposer.draft_ahead): on the
+        # H200 as fast as a pass made after the host reads each step or up to 13 % faster
+        # (bench/RESULTS.md, 2026-12-04); SPECCHAT_DRAFT_AHEAD=0 makes every pass after the read
+        self.draft_ahead = os.environ.get("SPECCHAT_DRAFT_AHEAD", "1") != "0"
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -21,7 +21,7 @@ The drafts stay on the device: propose hands them to the verify step's input as 
 the whole drafter pass is one graph replay (engine/speculation/proposers/dflash/graphs.py).
 
 The next step's pass can be queued behind the verify step, before the host reads it
-(`draft_ahead`, with SPECCHAT_DRAFT_AHEAD=1): the count of drafts kept and the anchor are found
+(`draft_ahead`; SPECCHAT_DRAFT_AHEAD=0 turns it off): the count of drafts kept and the anchor are found
 on the device, the pass takes in every state of the step (the refused drafts' K/V sit where the
 block's own go, which the block writes first), and the host's `observe` settles the context once
 it has read the step. The device then runs the pass while the host reads the step, writes it out
