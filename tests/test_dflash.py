@@ -500,3 +500,21 @@ def test_drafts_survive_a_verify_step_that_reuses_their_buffer(target, oracle_dr
     assert [s.accepted for s in shared.steps] == [s.accepted for s in fresh.steps]
     assert max(s.accepted for s in shared.steps) >= 3
     assert shared.tokens == fresh.tokens
+
+
+def test_a_measured_acceptance_is_no_higher_where_too_few_blocks_reach(tmp_path):
+    """k auto starts from what training measured of each position; past the depth that one block
+    in a hundred reaches, the shares are a handful of blocks at the history's rounding (0.004, then
+    0.002, reads as a_j = 0.5), so a deeper draft is taken to be kept no more often than the one
+    before it; where the shares measure, their ratio stands."""
+    from engine.speculation.proposers.dflash.files import measured_acceptance
+
+    shares = [0.864, 0.727, 0.573, 0.417, 0.272, 0.158, 0.08, 0.037, 0.016, 0.008, 0.004, 0.002, 0.001, 0.0, 0.0]
+    (tmp_path / "training").mkdir()
+    row = [1, 100, 60.0, 2.3, 4.16, shares]
+    (tmp_path / "training" / "history.json").write_text(json.dumps({"history": [row], "validation": [row]}))
+    rates = measured_acceptance(tmp_path, len(shares) + 1)
+    measured = [shares[0]] + [b / a for a, b in zip(shares, shares[1:9])]
+    assert rates[:9] == pytest.approx(measured)
+    assert rates[9:13] == pytest.approx([rates[8]] * 4)  # not 0.5, 0.5, 0.5, 0.5
+    assert rates[13:] == [0.02, 0.02]  # never kept by any block: the floor

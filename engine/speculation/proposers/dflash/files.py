@@ -23,6 +23,7 @@ from engine.speculation.proposers.dflash.vocab import read_vocab, write_vocab
 
 TRAINING = "training"  # a trained drafter's run, beside its weights: checkpoint and history.json
 MEASURED_STEPS = 50  # the training's last steps whose acceptance a loaded drafter starts from
+MEASURED_SHARE = 0.01  # blocks that kept drafts 1..j, below which their share measures no a_j
 
 
 def measured_acceptance(folder: Path, block_size: int) -> list[float] | None:
@@ -45,6 +46,10 @@ def measured_acceptance(folder: Path, block_size: int) -> list[float] | None:
     rates, before = [], 1.0
     for share in shares:
         rate = share / before if before > 1e-6 else (rates[-1] if rates else 0.0)
+        if share < MEASURED_SHARE and rates:
+            # too few blocks reach this deep, and the history's rounding is as large as the share
+            # itself (0.004 / 0.002 reads as 0.5): a drafter keeps its deeper drafts no more often
+            rate = min(rate, rates[-1])
         rates.append(min(0.98, max(0.02, rate)))
         before = share
     return rates

@@ -117,7 +117,7 @@ class StepReport:
 def history_row(report: StepReport) -> list:
     """[step, samples, seconds, loss, tau, acceptance curve]: one row of history.json."""
     return [report.step, report.samples, round(report.seconds, 2), round(report.loss, 4), round(report.tau, 3),
-            [round(a, 3) for a in report.accepted_at]]
+            [float(f"{a:.4g}") for a in report.accepted_at]]  # the deep positions' small shares keep their digits
 
 
 @dataclass
