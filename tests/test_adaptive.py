@@ -368,3 +368,41 @@ def test_plain_steps_run_back_to_back_to_the_end_of_the_reply():
         assert choice.proposer is None and not choice.probe
         runs[limit] = choice.steps
     assert runs[15] > 1 and runs[9] == 10 and runs[2] == 3 and runs[0] == 1  # to the reply's last token
+
+
+class BlockLike(Scripted):
+    """A drafter whose one pass drafts the whole block (DFlash): 0.25 plain steps whatever k,
+    first guessed at 0.6."""
+
+    drafts_in_one_pass = True
+
+    def __init__(self):
+        super().__init__(per_draft=0.0, name="block")
+
+    def drafting_seed(self, k, step_cost):
+        return 0.6
+
+
+
+def test_a_block_drafters_pass_measured_at_one_k_prices_every_k():
+    """One pass drafts the whole block, so its cost measured at one k is every k's at once.
+    Priced per k, every other k would stay near its seed until the drift caught up (some 20
+    steps: half a bench reply), the k measured first looking cheaper than the rest for that alone;
+    so would a pass made behind the verify step, whose hidden cost is far below its seed."""
+    block = BlockLike()
+    p = policy()
+    choice = p.choose([block], [0, 0], 15)
+    choice.k = 9
+    p.record(choice, Step(tokens=[1] * 4, drafts=[1] * 9, accepted=3, kind="correction", k=9, proposer="block",
+                          propose_s=0.25, verify_s=verify_cost(10), position=0), [block])
+    assert block.estimates.drafting_costs()[1:] == [0.25] * 15
+    choice.ahead = True
+    p.record(choice, Step(tokens=[1] * 2, drafts=[1] * 9, accepted=1, kind="correction", k=9, proposer="block",
+                          propose_s=0.02, verify_s=verify_cost(10), position=4), [block])
+    assert block.estimates.drafting_costs(ahead=True)[1:] == [0.02] * 15
+    scripted = Scripted(per_draft=0.1)  # a draft model: a step of its own per draft, priced per k
+    choice = p.choose([scripted], [0, 0], 15)
+    choice.k = 9
+    p.record(choice, Step(tokens=[1] * 4, drafts=[1] * 9, accepted=3, kind="correction", k=9, proposer="scripted",
+                          propose_s=0.9, verify_s=verify_cost(10), position=0), [scripted])
+    assert scripted.estimates.drafting(9) == 0.9 and scripted.estimates.drafting(4) == pytest.approx(0.4)

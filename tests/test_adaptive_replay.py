@@ -105,3 +105,4 @@ def test_a_dflash_drafter_that_sat_out_pays_its_catch_up_once():
     assert drafter.behind(context) == 40
     assert drafter.propose_cost(machine, context, 15, 0) == pytest.approx(0.7 * MS)  # whatever k
     assert drafter.behind(context + [0]) == 0
+

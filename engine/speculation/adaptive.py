@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.acceptance import Acceptance
 from engine.speculation.proposers.base import Proposer
-from engine.speculation.step_costs import CostTable, step_costs
+from engine.speculation.step_costs import CostTable, OnePassCost, step_costs
 
 PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost
 MAX_CREDIT = 4.0  # plain steps' time: no burst of probes after a long time out
@@ -150,9 +150,10 @@ class Estimates:
 
     def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
         self.buckets: dict[int, Acceptance] = {}
-        self.drafting = CostTable(lambda k: proposer.drafting_seed(k, step_cost))
+        table = OnePassCost if proposer.drafts_in_one_pass else CostTable
+        self.drafting = table(lambda k: proposer.drafting_seed(k, step_cost))
         # drafts made behind the last verify step: what of their pass the host did not hide
-        self.ahead = CostTable(lambda k: AHEAD_SHARE * proposer.drafting_seed(k, step_cost))
+        self.ahead = table(lambda k: AHEAD_SHARE * proposer.drafting_seed(k, step_cost))
         self.catch_up = CostTable(lambda n: proposer.catch_up_seed(n, step_cost))
         self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
         self.known = proposer.known_acceptance()  # each bucket's estimates start from it

@@ -148,6 +148,10 @@ class Replayed(Proposer):
         self.bucket_follows_text = model is None  # an n-gram proposer's match changes with the text
         self.seen = PROMPT  # the draft model's cache holds this much of the context (primed)
 
+    @property
+    def drafts_in_one_pass(self) -> bool:
+        return self.model is FLASH
+
     def at(self, context: list[int]) -> int:
         return len(context) - PROMPT
 

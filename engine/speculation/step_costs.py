@@ -76,6 +76,25 @@ class CostTable:
             self.drift += FOLLOW * (seconds / seeded - self.drift)
 
 
+class OnePassCost(CostTable):
+    """The cost of drafting k tokens where one pass drafts them all, whatever k (a DFlash block):
+    each measurement prices every k. Kept per k, the k a reply began with would be the only one
+    measured, while every other k stayed at its seed, dearer or cheaper alike: k auto would keep
+    the first k for that, not for its drafts (the H200, twenty-first run: k 9-15 every step where
+    drafts past the fifth were never kept)."""
+
+    def __call__(self, n: int) -> float:
+        return super().__call__(1) if n > 0 else 0.0
+
+    def add(self, n: int, seconds: float) -> None:
+        super().add(1, seconds)
+
+    def upto(self, top: int) -> list[float]:
+        if self._costs is None or len(self._costs) <= top:
+            self._costs = [0.0] + [self(1)] * top
+        return self._costs
+
+
 _tables: dict[int, tuple[weakref.ref, CostTable]] = {}  # id(model) -> (the model, its table)
 
 

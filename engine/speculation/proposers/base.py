@@ -66,6 +66,9 @@ class Proposer:
     estimates = None  # what the adaptive policy has learnt of this proposer (k = "auto")
     # whether `bucket` changes with the context (then k "auto" chooses afresh every step)
     bucket_follows_text = False
+    # one pass drafts every k at one cost (a DFlash block): k "auto" learns that cost once for
+    # all k, not per k (step_costs.OnePassCost)
+    drafts_in_one_pass = False
     # a proposer that can draw its drafts from its own distribution (--sample-drafts) sets
     # `sample`, and takes the reply's sampling in `attach`
     sample = False

@@ -83,6 +83,7 @@ class DFlashProposer(Proposer):
     """Drafts the first k of the drafter's B-1 block positions (k defaults to B-1)."""
 
     name = "dflash"
+    drafts_in_one_pass = True
 
     def __init__(self, drafter: DFlashDrafter, k: int | str | None = None, sample: bool = False):
         self.max_k = drafter.block_size - 1  # one pass drafts a block: the anchor, then B - 1 drafts
