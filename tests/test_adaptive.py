@@ -406,3 +406,22 @@ def test_a_block_drafters_pass_measured_at_one_k_prices_every_k():
     p.record(choice, Step(tokens=[1] * 4, drafts=[1] * 9, accepted=3, kind="correction", k=9, proposer="scripted",
                           propose_s=0.9, verify_s=verify_cost(10), position=0), [scripted])
     assert scripted.estimates.drafting(9) == 0.9 and scripted.estimates.drafting(4) == pytest.approx(0.4)
+
+
+def test_each_proposer_prices_verify_steps_by_its_own():
+    """A DFlash step keeps the target's states and runs the next pass before it; an n-gram step
+    of the same length does neither. Priced from one table, the n-gram's cheap 16-token steps
+    made a DFlash k 15 look cheaper than the 5-token steps it had run. Each proposer learns its
+    own, from the target's seed until it has run some; plain steps teach the target's table."""
+    block, copier = BlockLike(), Scripted(per_draft=0.0, name="copier")
+    p = policy()
+    for who, k, seconds in ((copier, 15, verify_cost(16)), (block, 4, 1.5 * verify_cost(5)), (None, 0, 1.0)):
+        choice = p.choose([block, copier], [0, 0], 15)
+        choice.proposer, choice.k = who, k
+        p.record(choice, Step(tokens=[1], drafts=[1] * k, accepted=0, kind="correction" if k else "plain", k=k,
+                              proposer=who.name if who else "off", propose_s=0.25 if who is block else 0.0,
+                              verify_s=seconds, position=0), [block, copier])
+    assert copier.estimates.verify(16) == verify_cost(16)
+    assert block.estimates.verify(5) == 1.5 * verify_cost(5)
+    assert block.estimates.verify(16) > copier.estimates.verify(16)  # its seed, at its own drift
+    assert set(p.verify.measured) == {1}

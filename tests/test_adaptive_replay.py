@@ -106,3 +106,20 @@ def test_a_dflash_drafter_that_sat_out_pays_its_catch_up_once():
     assert drafter.propose_cost(machine, context, 15, 0) == pytest.approx(0.7 * MS)  # whatever k
     assert drafter.behind(context + [0]) == 0
 
+
+
+
+def test_a_dflash_drafter_drafting_ahead_pays_the_hidden_pass_in_its_next_verify_step():
+    """On a machine that drafts the next pass behind each verify step, a DFlash step after one of
+    its own pays only what the host waits for of its pass, and its verify step runs after the
+    pass's device time; the reply's first proposal, with nothing drafted before it, pays it all."""
+    from engine.speculation.replay import FLASH
+
+    machine = replace(H200, block_pass=0.25 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS, noise=0.0)
+    run = replay(machine, Replayed("dflash", Shape([1] * 64, [2] * 64), 4, model=FLASH), 40, random.Random(0))
+    steps = len(run.choices)
+    assert steps == run.metrics.steps > 10
+    verify = sum(machine.verify(c.k + 1) for c in run.choices)
+    drafted = sum(1 for c in run.choices[1:] if c.k)  # the last step may have no room for drafts
+    assert run.seconds == pytest.approx(0.25 * MS + verify + (steps - 1) * 0.17 * MS + drafted * 0.02 * MS)
+    assert run.metrics.propose_s == pytest.approx((0.25 + drafted * 0.02) * MS)

@@ -256,3 +256,17 @@ def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(targ
     assert calls and any(ahead for ahead, _, _ in seen), "drafting steps drafted the next ahead"
     assert any(behind for _, behind in policy.drafted), "a comeback caught up on what it held"
     assert all(have == want for _, have, want in seen), seen
+
+
+def test_proposer_auto_drafts_no_pass_ahead(target, checkpoint):
+    """Proposer "auto" switches between its members often enough that a pass drafted ahead would
+    run for nothing too often to pay: its DFlash member drafts each pass for its step, and the
+    reply stays plain decoding's."""
+    from engine import AutoProposer, NgramProposer
+
+    drafter = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    calls = counting(drafter)
+    result = generate(target, PROMPT, SamplingParams(max_tokens=48),
+                      speculative=AutoProposer([NgramProposer(AUTO), drafter]))
+    assert result.tokens == generate(target, PROMPT, SamplingParams(max_tokens=48)).tokens
+    assert any(s.proposer == "dflash" and s.drafts for s in result.steps) and calls == []

@@ -148,8 +148,15 @@ def catch_up_key(behind: int, recompute: bool = False) -> int:
 class Estimates:
     """What the policy knows of one proposer: acceptance per bucket, costs, its probe budget."""
 
-    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float):
+    def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float,
+                 verify: CostTable):
         self.buckets: dict[int, Acceptance] = {}
+        # its own verify steps, from the target's seed and drift until it has run some: a DFlash
+        # step keeps the target's states and, drafted ahead, runs the next pass before it, which
+        # an n-gram step of the same length does not (one table for both made a DFlash k 15 look
+        # as cheap as the n-gram's and a k 4 as dear as its own: k 13 a step, H200)
+        self.verify = CostTable(verify.seed)
+        self.verify.drift = verify.drift
         table = OnePassCost if proposer.drafts_in_one_pass else CostTable
         self.drafting = table(lambda k: proposer.drafting_seed(k, step_cost))
         # drafts made behind the last verify step: what of their pass the host did not hide
@@ -201,7 +208,7 @@ class AdaptivePolicy:
             # looks worth it, and a budget earned from zero would first let it try some 100 steps
             # in, when a short reply is over.
             credit = FIRST_CREDIT * self.verify(1)
-            proposer.estimates = Estimates(proposer, self.step_cost, credit)
+            proposer.estimates = Estimates(proposer, self.step_cost, credit, self.verify)
         return proposer.estimates
 
     def worth(self, plain: float) -> float:
@@ -232,7 +239,7 @@ class AdaptivePolicy:
             # kept, took k 8-15 for the tokens of k 3 (H200, sixteenth run: 0.89-0.94x its best k)
             free = est.known is None and est.drafting(MAX_K) <= EXPLORE * verify[1]
             curve = acceptance.tokens(OPTIMISM if free else 0.0)
-            option = self.option(proposer, curve, limit, verify, worth, acceptance.explored,
+            option = self.option(proposer, curve, limit, worth, acceptance.explored,
                                  proposer.drafted_ahead(context))
             if free:
                 option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
@@ -246,20 +253,20 @@ class AdaptivePolicy:
         # step would lose against the best should none of its drafts be kept
         probe = None
         for option in options:
-            if option is best or option.proposer.estimates.credit < self.worst_loss(option, best, verify):
+            if option is best or option.proposer.estimates.credit < self.worst_loss(option, best):
                 continue
-            asked = self.probe(option, limit, verify)
-            if option.proposer.estimates.credit >= self.worst_loss(asked, best, verify) and (
+            asked = self.probe(option, limit)
+            if option.proposer.estimates.credit >= self.worst_loss(asked, best) and (
                     probe is None or option.value > probe.value):
                 probe = asked
         if probe is not None:
             probe.displaced = best.value
             return probe
         if best.proposer is None:
-            best.steps = self.plain_run(proposers, options, best, verify, limit)
+            best.steps = self.plain_run(proposers, options, best, limit)
         return best
 
-    def option(self, proposer: Proposer, curve: list[float], limit: int, verify: list[float], worth: float,
+    def option(self, proposer: Proposer, curve: list[float], limit: int, worth: float,
                explored: int = MAX_K, ahead: bool = False) -> Choice:
         """The k of most value for `proposer` from the expected-tokens curve `curve`. Past the
         `explored` positions the curve is the shallower positions' word only: a proposer whose
@@ -269,15 +276,16 @@ class AdaptivePolicy:
         top = min(limit, proposer.max_k)
         fixed = min(proposer.k, top) if proposer.k != AUTO else 0
         drafting = proposer.estimates.drafting_costs(ahead)
+        verify = proposer.estimates.verify.upto(MAX_K + 1)
         deep = 2 * explored + 1
         if top > deep:
-            bound, k = drafting[deep] + EXPLORE * verify[1], deep
+            bound, k = drafting[deep] + EXPLORE * self.verify(1), deep
             while k < top and drafting[k + 1] <= bound:
                 k += 1
             top = k
         ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
         k, tokens, seconds = best_k(curve, drafting, verify, ks, worth)
-        return Choice(proposer, k, tokens, seconds, verify[1], worth=worth, ahead=ahead)
+        return Choice(proposer, k, tokens, seconds, self.verify(1), worth=worth, ahead=ahead)
 
     def place(self, option: Choice, bucket: int, behind: int, prompt: bool, recompute: bool = False) -> None:
         """Set the option's bucket and how far behind its proposer is, and add the catch-up. A
@@ -288,25 +296,25 @@ class AdaptivePolicy:
         option.catch_up = 0.0 if prompt else option.proposer.estimates.catching_up(behind, recompute)
         option.seconds += option.catch_up
 
-    def probe(self, option: Choice, limit: int, verify: list[float]) -> Choice:
+    def probe(self, option: Choice, limit: int) -> Choice:
         """A probe of option's proposer. It asks whether the text has turned its way, so it
         drafts as a proposer nothing is known of would (its own estimates, having kept it out,
         would ask with too few drafts); its expected tokens are still its estimates'."""
-        asked = self.option(option.proposer, PRIOR_CURVE, limit, verify, option.worth, ahead=option.ahead)
+        asked = self.option(option.proposer, PRIOR_CURVE, limit, option.worth, ahead=option.ahead)
         asked.tokens = option.proposer.estimates.acceptance(option.bucket).tokens()[asked.k]
         self.place(asked, option.bucket, option.behind, option.prompt, option.recompute)
         asked.probe = True
         return asked
 
     @staticmethod
-    def worst_loss(option: Choice, best: Choice, verify: list[float]) -> float:
+    def worst_loss(option: Choice, best: Choice) -> float:
         """Seconds at R that taking `option` instead of `best` loses should none of its drafts
         be kept; no less than with a single draft, its cheapest."""
-        least = option.catch_up + option.proposer.estimates.drafting_costs(option.ahead)[1] + verify[2]
+        est = option.proposer.estimates
+        least = option.catch_up + est.drafting_costs(option.ahead)[1] + est.verify(2)
         return (best.value - 1.0) / option.worth + min(option.seconds, least)
 
-    def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, verify: list[float],
-                  limit: int) -> int:
+    def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, limit: int) -> int:
         """How many plain steps to take before choosing again: where nothing changes meanwhile
         but the probe budgets (no proposer reads the text for its bucket, and R has come down to
         plain decoding's), until one could be probed; the generation runs them back to back, up
@@ -318,8 +326,8 @@ class AdaptivePolicy:
         earned = PROBE_SHARE * plain.seconds
         steps = MAX_STEP
         for option in options:
-            asked = self.probe(option, limit, verify)
-            short = self.worst_loss(asked, plain, verify) - option.proposer.estimates.credit
+            asked = self.probe(option, limit)
+            short = self.worst_loss(asked, plain) - option.proposer.estimates.credit
             steps = min(steps, max(1, math.ceil(short / earned)))
         return min(steps, limit + 1)
 
@@ -327,7 +335,10 @@ class AdaptivePolicy:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
         if step.prefill or not step.tokens:
             return
-        self.verify.add(len(step.drafts) + 1, step.verify_s)
+        if choice.proposer is None:
+            self.verify.add(len(step.drafts) + 1, step.verify_s)
+        else:
+            self.estimates(choice.proposer).verify.add(len(step.drafts) + 1, step.verify_s)
         seconds = step.propose_s + step.verify_s
         self.tokens = RATE_FADE * self.tokens + len(step.tokens)
         self.seconds = RATE_FADE * self.seconds + seconds

@@ -62,6 +62,11 @@ class Machine:
     host: float  # the policy's own time per step (k "auto")
     block_pass: float = 0.0  # a DFlash drafter's pass, the extra cost of its verify step's states included
     block_catch_up: float = 0.0  # its catch-up on the states of more than a step's worth of tokens
+    # a pass drafted behind the verify step before it (DFlashProposer.draft_ahead; None: every
+    # pass is made after the host's read): what of it the host still waits for, and the device
+    # time it adds to the verify step queued behind it
+    block_ahead: float | None = None
+    block_device: float = 0.0
     noise: float = 0.02  # relative spread of every step's time
     stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
     stall: float = 0.0  # seconds a stall adds to its step
@@ -147,10 +152,14 @@ class Replayed(Proposer):
         self.name, self.shape, self.model, self.known = name, shape, model, known
         self.bucket_follows_text = model is None  # an n-gram proposer's match changes with the text
         self.seen = PROMPT  # the draft model's cache holds this much of the context (primed)
+        self.ahead_at = -1  # the context's length at which a pass drafted ahead waits (DFlash)
 
     @property
     def drafts_in_one_pass(self) -> bool:
         return self.model is FLASH
+
+    def drafted_ahead(self, context: list[int]) -> bool:
+        return len(context) == self.ahead_at
 
     def at(self, context: list[int]) -> int:
         return len(context) - PROMPT
@@ -184,8 +193,12 @@ class Replayed(Proposer):
         if self.model is None:
             return machine.lookup
         if self.model is FLASH:
-            behind = self.behind(context)
+            behind, ahead = self.behind(context), self.drafted_ahead(context)
             self.seen = len(context) - 1
+            # the next step's pass runs behind this one's verify step, on the machines that can
+            self.ahead_at = len(context) + accepted + 1 if machine.block_ahead is not None else -1
+            if ahead:
+                return machine.block_ahead
             return machine.block_pass + (machine.block_catch_up if behind else 0.0)
         unseen = self.behind(context) + 1
         self.seen = len(context) + min(accepted, k - 1)
@@ -236,11 +249,18 @@ def replay(
             choice = policy.choose(members, context, limit)
         else:
             choice = Choice(members[0], min(members[0].k, limit))
+        # a pass drafted behind the last verify step runs on the device before this step's own,
+        # whatever this step does; unless its proposer drafts now, it was for nothing
+        ahead = [m for m in members if m.drafted_ahead(context)]
         if choice.proposer is None and choice.steps > 1:  # a run of plain steps, as the loop runs it
             run = min(choice.steps, PLAIN_RUN, limit + 1)
             steps = [plain(machine, len(context) - PROMPT + i, rng) for i in range(run)]
         else:
             steps = [run_step(machine, choice, context, rng)]
+        steps[0].verify_s += machine.block_device * len(ahead)
+        for m in members:  # spent, or made for nothing; proposer auto's members never draft ahead
+            if m in ahead and (m is not choice.proposer or not choice.k) or len(members) > 1:
+                m.ahead_at = -1
         if auto:
             seconds += machine.host
         for step in steps:
