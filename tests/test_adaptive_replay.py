@@ -123,3 +123,17 @@ def test_a_dflash_drafter_drafting_ahead_pays_the_hidden_pass_in_its_next_verify
     drafted = sum(1 for c in run.choices[1:] if c.k)  # the last step may have no room for drafts
     assert run.seconds == pytest.approx(0.25 * MS + verify + (steps - 1) * 0.17 * MS + drafted * 0.02 * MS)
     assert run.metrics.propose_s == pytest.approx((0.25 + drafted * 0.02) * MS)
+
+
+def test_the_policy_chooses_while_a_pass_drafted_ahead_runs():
+    """k "auto" costs its host time on every step but those whose pass was drafted ahead: the
+    device runs that pass while the policy chooses."""
+    from engine.speculation.replay import FLASH
+
+    machine = replace(H200, block_pass=0.25 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS,
+                      host=0.04 * MS, noise=0.0)
+    run = replay(machine, Replayed("dflash", Shape([1] * 300, [3] * 300), AUTO, model=FLASH), 200, random.Random(0))
+    ahead = sum(1 for c in run.choices if c.ahead)
+    assert 0 < ahead < len(run.choices)
+    waited = run.seconds - run.metrics.propose_s - run.metrics.verify_s
+    assert waited == pytest.approx((len(run.choices) - ahead) * 0.04 * MS)
