@@ -100,7 +100,10 @@ def main() -> None:
             _, steps, proposer = runs[k][-1]
             est = proposer.estimates
             print(f"\n{k}, the policy at the end of its last reply:")
-            print("  verify ms by length 1..16:", " ".join(f"{1e3 * c:.3f}" for c in step_costs(target).upto(16)[1:]))
+            print(f"  a plain step, ms: {1e3 * step_costs(target)(1):.3f}")
+            for label, ahead in (("after a pass made for the step", False), ("after a pass drafted ahead", True)):
+                costs = est.verify_costs(ahead).upto(16)[1:]
+                print(f"  its verify steps {label}, ms by length 1..16:", " ".join(f"{1e3 * c:.3f}" for c in costs))
             print("  pass made for its step, ms by k:", " ".join(f"{1e3 * c:.3f}" for c in est.drafting_costs()[1:]))
             print("  pass made ahead, ms by k:", " ".join(f"{1e3 * c:.3f}" for c in est.drafting_costs(True)[1:]))
             print("  a_j estimated:", " ".join(f"{a:.2f}" for a in est.acceptance(1).rates()[:10]))

@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.acceptance import Acceptance
 from engine.speculation.proposers.base import Proposer
-from engine.speculation.step_costs import CostTable, OnePassCost, step_costs
+from engine.speculation.step_costs import CostTable, OnePassCost, RelativeCost, step_costs
 
 PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost
 MAX_CREDIT = 4.0  # plain steps' time: no burst of probes after a long time out
@@ -106,7 +106,9 @@ class Choice:
     displaced: float = 0.0  # a probe: the value of the step it was taken instead of
     steps: int = 1  # a plain step: how many to take before choosing again
     hoped: float | None = None  # nearly free drafts: the tokens they were weighed by (above `tokens`)
-    ahead: bool = False  # its drafts were made behind the last verify step (Proposer.drafted_ahead)
+    # its drafts were made behind the last verify step (Proposer.drafted_ahead); a plain step: a
+    # pass was, and runs before it for nothing
+    ahead: bool = False
 
     @property
     def value(self) -> float:
@@ -151,12 +153,12 @@ class Estimates:
     def __init__(self, proposer: Proposer, step_cost: Callable[[object], CostTable], credit: float,
                  verify: CostTable):
         self.buckets: dict[int, Acceptance] = {}
-        # its own verify steps, from the target's seed and drift until it has run some: a DFlash
-        # step keeps the target's states and, drafted ahead, runs the next pass before it, which
-        # an n-gram step of the same length does not (one table for both made a DFlash k 15 look
-        # as cheap as the n-gram's and a k 4 as dear as its own: k 13 a step, H200)
-        self.verify = CostTable(verify.seed)
-        self.verify.drift = verify.drift
+        # its own verify steps against the target's plain ones: a DFlash step keeps the target's
+        # states, which an n-gram step of the same length does not, and after a pass drafted
+        # ahead runs that pass first (one table for all made a DFlash k 15 look as cheap as the
+        # n-gram's 16-token steps and its k 4 as dear as its own: k 13 a step, H200)
+        self.verify = RelativeCost(verify)
+        self.verify_ahead = RelativeCost(self.verify)
         table = OnePassCost if proposer.drafts_in_one_pass else CostTable
         self.drafting = table(lambda k: proposer.drafting_seed(k, step_cost))
         # drafts made behind the last verify step: what of their pass the host did not hide
@@ -175,6 +177,11 @@ class Estimates:
         if found is None:
             found = self.buckets[bucket] = Acceptance(known=self.known)
         return found
+
+    def verify_costs(self, ahead: bool = False) -> RelativeCost:
+        """Its verify steps' costs: after a pass drafted ahead (`ahead`), or after one made for
+        the step."""
+        return self.verify_ahead if ahead else self.verify
 
     def drafting_costs(self, ahead: bool = False) -> list[float]:
         """[0, cost of drafting 1 .. MAX_K]: a pass made for the step, or one already made behind
@@ -264,6 +271,7 @@ class AdaptivePolicy:
             return probe
         if best.proposer is None:
             best.steps = self.plain_run(proposers, options, best, limit)
+            best.ahead = any(option.ahead for option in options)  # that pass runs for nothing
         return best
 
     def option(self, proposer: Proposer, curve: list[float], limit: int, worth: float,
@@ -276,7 +284,7 @@ class AdaptivePolicy:
         top = min(limit, proposer.max_k)
         fixed = min(proposer.k, top) if proposer.k != AUTO else 0
         drafting = proposer.estimates.drafting_costs(ahead)
-        verify = proposer.estimates.verify.upto(MAX_K + 1)
+        verify = proposer.estimates.verify_costs(ahead).upto(MAX_K + 1)
         deep = 2 * explored + 1
         if top > deep:
             bound, k = drafting[deep] + EXPLORE * self.verify(1), deep
@@ -311,7 +319,7 @@ class AdaptivePolicy:
         """Seconds at R that taking `option` instead of `best` loses should none of its drafts
         be kept; no less than with a single draft, its cheapest."""
         est = option.proposer.estimates
-        least = option.catch_up + est.drafting_costs(option.ahead)[1] + est.verify(2)
+        least = option.catch_up + est.drafting_costs(option.ahead)[1] + est.verify_costs(option.ahead)(2)
         return (best.value - 1.0) / option.worth + min(option.seconds, least)
 
     def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, limit: int) -> int:
@@ -335,10 +343,10 @@ class AdaptivePolicy:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
         if step.prefill or not step.tokens:
             return
-        if choice.proposer is None:
+        if choice.proposer is not None:
+            self.estimates(choice.proposer).verify_costs(choice.ahead).add(len(step.drafts) + 1, step.verify_s)
+        elif not choice.ahead:  # after a pass drafted ahead for nothing, its time is in the step's
             self.verify.add(len(step.drafts) + 1, step.verify_s)
-        else:
-            self.estimates(choice.proposer).verify.add(len(step.drafts) + 1, step.verify_s)
         seconds = step.propose_s + step.verify_s
         self.tokens = RATE_FADE * self.tokens + len(step.tokens)
         self.seconds = RATE_FADE * self.seconds + seconds

@@ -344,7 +344,8 @@ class Generation:
         policy may take a plain step instead; where it drafts again, it knows the pass mostly
         paid (AdaptivePolicy: `ahead`)."""
         return (self.draft_ahead and drafts > 0 and out.states is not None
-                and self._active.members == [proposer] and proposer.can_draft_ahead()
+                and len(self._active.members) == 1 and self._active.members[0] is proposer
+                and proposer.can_draft_ahead()
                 and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
 
     def _read(self, values: torch.Tensor, then=None) -> list[int]:

@@ -243,6 +243,8 @@ def replay(
     auto = len(members) > 1 or members[0].k == AUTO
     policy = AdaptivePolicy("target", step_cost or costs(machine))
     context = [0] * PROMPT
+    for m in members:  # a new reply: nothing drafted ahead for it (a chat's proposers carry over)
+        m.ahead_at = -1
     while len(context) - PROMPT < length:
         limit = max(0, min(MAX_K, length - (len(context) - PROMPT) - 1))
         if auto:
@@ -258,8 +260,11 @@ def replay(
         else:
             steps = [run_step(machine, choice, context, rng)]
         steps[0].verify_s += machine.block_device * len(ahead)
-        for m in members:  # spent, or made for nothing; proposer auto's members never draft ahead
-            if m in ahead and (m is not choice.proposer or not choice.k) or len(members) > 1:
+        # spent, or made for nothing; none is drafted by proposer auto's members, nor behind a
+        # step that leaves the reply no room for another (Generation._drafts_ahead)
+        room = length - (len(context) - PROMPT) > len(steps[0].drafts) + 2
+        for m in members:
+            if m in ahead and (m is not choice.proposer or not choice.k) or len(members) > 1 or not room:
                 m.ahead_at = -1
         if auto:
             # the policy chooses while the device runs a pass drafted ahead, if one is queued

@@ -95,6 +95,37 @@ class OnePassCost(CostTable):
         return self._costs
 
 
+class RelativeCost:
+    """One kind of step's costs against a table of the plainer kind (`base`): its own moving
+    averages where it has run, else the base's cost times how much dearer its steps have run
+    (moving as CostTable's drift), so the lengths it has not run follow the machine as the base
+    does. A proposer's verify steps against the target's (a DFlash step keeps the target's states
+    for the drafter), and those run after a pass drafted ahead against those of its own run after
+    none (the pass's device time comes first)."""
+
+    def __init__(self, base: CostTable | RelativeCost):
+        self.base = base
+        self.measured: dict[int, float] = {}
+        self.ratio = 1.0
+
+    def __call__(self, n: int) -> float:
+        found = self.measured.get(n)
+        return found if found is not None else self.base(n) * self.ratio
+
+    def upto(self, top: int) -> list[float]:
+        base, measured, ratio = self.base.upto(top), self.measured, self.ratio
+        return [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
+
+    def add(self, n: int, seconds: float) -> None:
+        before = self.measured.get(n)
+        if before is not None:
+            seconds = min(seconds, OUTLIER * before)  # a stalled step: see CostTable.add
+        self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
+        base = self.base(n)
+        if base > 0:
+            self.ratio += FOLLOW * (seconds / base - self.ratio)
+
+
 _tables: dict[int, tuple[weakref.ref, CostTable]] = {}  # id(model) -> (the model, its table)
 
 
