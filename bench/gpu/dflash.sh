@@ -60,12 +60,16 @@
 #   ahead-ab LAYERS        the bench rows with the next step's pass drafted behind each verify step
 #                          (SPECCHAT_DRAFT_AHEAD=1) and after the host reads it (0), alternating, ROUNDS
 #                          rounds (default 2; K, default "4 8 auto", PROMPTS as for bench); each run's JSON in $OUT/ahead-A-R
+#   auto-check LAYERS      k auto with the drafter, as one background job: step by step against fixed k
+#                          (bench/gpu/auto_k_steps.py), the bench rows at k 3 4 5 8 auto, the conversation
+#                          (session.sh adaptive, DFlash beside n-gram), then k auto where it sits out
+#                          (session.sh auto-plain); each part's output a file of $OUT
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
 set -uo pipefail
 source bench/gpu/common.sh
-case "$1" in profile|bench|costs|ahead-ab) quiet_gpu || exit 3;; esac
+case "$1" in profile|bench|costs|ahead-ab|auto-check) quiet_gpu || exit 3;; esac
 name=qwen2.5-coder-1.5b
 DATA=${DATA:-/root/stage/data}
 drafter() { echo "$SPECCHAT_CACHE/$name/dflash-l$1${TAG:-}"; }
@@ -167,6 +171,13 @@ ahead-ab)
         | grep -v "Warn\|warn\|regex" | grep "^| \(prompt\|edit\|explain\|sampled\|DFlash\)" | sed "s/^/ahead $ahead, round $round: /"
     done
   done
+  ;;
+auto-check)
+  timeout 240 python3 bench/gpu/auto_k_steps.py --model $name --dflash "$(drafter "$2")" --repeats 3 2>&1 \
+    | grep -v "Warn\|warn\|regex" > "$OUT/auto-k-steps.txt"
+  K="3 4 5 8 auto" bash "$0" bench "$2" > "$OUT/bench-auto.txt" 2>&1
+  DFLASH="$(drafter "$2")" NO_DRAFT=1 ROUNDS=2 bash bench/gpu/session.sh adaptive conversation > /dev/null 2>&1
+  bash bench/gpu/session.sh auto-plain > /dev/null 2>&1
   ;;
 costs)
   which=$(drafter "$2"); [ "$2" = random ] && which=""  # a random two-layer drafter: the times are the same
