@@ -343,9 +343,8 @@ class AdaptivePolicy:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
         if step.prefill or not step.tokens:
             return
-        if choice.proposer is not None:
-            self.estimates(choice.proposer).verify_costs(choice.ahead).add(len(step.drafts) + 1, step.verify_s)
-        elif not choice.ahead:  # after a pass drafted ahead for nothing, its time is in the step's
+        if choice.proposer is None and not choice.ahead:
+            # a plain step's cost; not one after a pass drafted ahead for nothing, whose time is in it
             self.verify.add(len(step.drafts) + 1, step.verify_s)
         seconds = step.propose_s + step.verify_s
         self.tokens = RATE_FADE * self.tokens + len(step.tokens)
@@ -358,6 +357,7 @@ class AdaptivePolicy:
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
+        est.verify_costs(choice.ahead).add(len(step.drafts) + 1, step.verify_s)
         drafting = est.drafting(choice.k)
         if choice.ahead:  # the pass ran behind the last verify step: what of it was not hidden
             est.ahead.add(choice.k, step.propose_s)

@@ -28,6 +28,18 @@ OUTLIER = 1.5  # a measurement counts for at most this times the average so far
 SEED_CONTEXT = 512  # tokens already in the cache while the seed is timed
 
 
+def follow(measured: dict[int, float], n: int, seconds: float) -> float:
+    """Move the moving average of length n in `measured` towards a step of `seconds`, and return
+    the seconds it counted. A step the host stalled in (a collection, another thread) is not what
+    the step costs: taken at face value it would make plain steps look dear until the next plain
+    step, which then never comes; so it counts for at most OUTLIER times the average so far."""
+    before = measured.get(n)
+    if before is not None:
+        seconds = min(seconds, OUTLIER * before)
+    measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
+    return seconds
+
+
 class CostTable:
     """Seconds of a step of length n (or of drafting n tokens): the moving average of the times
     measured at n, else the seed at n times the drift measured elsewhere."""
@@ -64,13 +76,7 @@ class CostTable:
 
     def add(self, n: int, seconds: float) -> None:
         self._costs = None
-        before = self.measured.get(n)
-        if before is not None:
-            # a step the host stalled in (a collection, another thread) is not what the step
-            # costs: taken at face value it would make plain steps look dear until the next
-            # plain step, which then never comes
-            seconds = min(seconds, OUTLIER * before)
-        self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
+        seconds = follow(self.measured, n, seconds)
         seeded = self.seeded(n)
         if seeded > 0:
             self.drift += FOLLOW * (seconds / seeded - self.drift)
@@ -117,10 +123,7 @@ class RelativeCost:
         return [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
 
     def add(self, n: int, seconds: float) -> None:
-        before = self.measured.get(n)
-        if before is not None:
-            seconds = min(seconds, OUTLIER * before)  # a stalled step: see CostTable.add
-        self.measured[n] = seconds if before is None else before + FOLLOW * (seconds - before)
+        seconds = follow(self.measured, n, seconds)
         base = self.base(n)
         if base > 0:
             self.ratio += FOLLOW * (seconds / base - self.ratio)
