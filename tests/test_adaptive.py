@@ -370,6 +370,21 @@ def test_plain_steps_run_back_to_back_to_the_end_of_the_reply():
     assert runs[15] > 1 and runs[9] == 10 and runs[2] == 3 and runs[0] == 1  # to the reply's last token
 
 
+def test_plain_steps_are_asked_for_at_once_up_to_the_next_probe_past_a_verify_steps_length():
+    """Each time the policy chooses again the device waits for the host, so where only the probe
+    budget changes it asks for every plain step until a probe could be paid for, many runs' worth
+    where that is far off, and then probes."""
+    p = policy()
+    never = Scripted(per_draft=0.7)
+    run(p, [never], 300, lambda who, k: 0)
+    choice = p.choose([never], [0] * 400, 15)
+    assert choice.proposer is None and choice.steps > MAX_STEP
+    for i in range(choice.steps):
+        p.record(choice, Step(tokens=[1], drafts=[], accepted=0, kind="plain", k=0, proposer="off",
+                              propose_s=0.0, verify_s=PLAIN, position=400 + i), [never])
+    assert p.choose([never], [0] * (400 + choice.steps), 15).probe
+
+
 class BlockLike(Scripted):
     """A drafter whose one pass drafts the whole block (DFlash): 0.25 plain steps whatever k,
     first guessed at 0.6."""

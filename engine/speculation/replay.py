@@ -32,7 +32,6 @@ from engine.speculation.proposers.draft.proposer import CATCH_UP_STEPS, DraftPro
 from engine.speculation.step_costs import CostTable
 
 PROMPT = 1600  # tokens before the reply: only the context's length is read
-PLAIN_RUN = 8  # plain steps per host wait, as the generation runs them on CUDA
 
 
 def verify_cost(points: dict[int, float]) -> Callable[[int], float]:
@@ -254,8 +253,10 @@ def replay(
         # a pass drafted behind the last verify step runs on the device before this step's own,
         # whatever this step does; unless its proposer drafts now, it was for nothing
         ahead = [m for m in members if m.drafted_ahead(context)]
-        if choice.proposer is None and choice.steps > 1:  # a run of plain steps, as the loop runs it
-            run = min(choice.steps, PLAIN_RUN, limit + 1)
+        if choice.proposer is None and choice.steps > 1:
+            # the plain steps asked for at once, as the loop runs them on CUDA: runs queued back
+            # to back, the policy's host time once
+            run = min(choice.steps, length - (len(context) - PROMPT))
             steps = [plain(machine, len(context) - PROMPT + i, rng) for i in range(run)]
         else:
             steps = [run_step(machine, choice, context, rng)]
