@@ -22,6 +22,8 @@ from engine import (
     load_drafter,
     write_random_drafter,
 )
+from engine.speculation.adaptive import AdaptivePolicy, Choice
+from engine.speculation.step_costs import CostTable
 from tests.dflash_target import BLOCK, DRAFT_LAYERS, PROMPT, VOCAB, make_target
 from tests.scripted_policy import RUN, Scripted
 
@@ -258,15 +260,72 @@ def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(targ
     assert all(have == want for _, have, want in seen), seen
 
 
-def test_proposer_auto_drafts_no_pass_ahead(target, checkpoint):
-    """Proposer "auto" switches between its members often enough that a pass drafted ahead would
-    run for nothing too often to pay: its DFlash member drafts each pass for its step, and the
+class Alternating(AdaptivePolicy):
+    """Proposer auto's bookkeeping on a script of (member, k) choices (None: a run of plain
+    steps), drafting ahead after every drafting step: the next step may then take another member
+    or a plain run, and the pass ran for nothing."""
+
+    script = [(1, 3), (1, 4), (0, 2), (1, 3), (None, 0), (1, 5), (1, 2), (0, 3), (0, 1), (1, 4)]
+
+    def __init__(self, model):
+        super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
+        self.choices = 0
+
+    def choose(self, proposers, context, limit):
+        member, k = self.script[self.choices % len(self.script)]
+        self.choices += 1
+        for p in proposers:
+            self.estimates(p)
+        if member is None or not min(k, limit):
+            return Choice(None, 0, plain_seconds=1e-3, steps=RUN)
+        return Choice(proposers[member], min(k, limit), plain_seconds=1e-3, ahead=proposers[member].drafted_ahead(context))
+
+    def drafts_ahead(self, proposer):
+        return True
+
+
+@pytest.mark.parametrize("sampling", [
+    SamplingParams(max_tokens=70),
+    SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70),
+], ids=["greedy", "sampled"])
+def test_proposer_auto_drafts_ahead_and_a_step_of_another_member_drops_the_drafts(target, checkpoint, sampling):
+    """A member of proposer "auto" drafts the next pass ahead where the policy expects to draft
+    with it again; where the next step goes to the n-gram member or to plain steps instead, those
+    drafts are dropped and the drafter's next pass drafts from the context as it is then: the
     reply stays plain decoding's."""
     from engine import AutoProposer, NgramProposer
 
-    drafter = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    drafter = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
     calls = counting(drafter)
-    result = generate(target, PROMPT, SamplingParams(max_tokens=48),
-                      speculative=AutoProposer([NgramProposer(AUTO), drafter]))
-    assert result.tokens == generate(target, PROMPT, SamplingParams(max_tokens=48)).tokens
-    assert any(s.proposer == "dflash" and s.drafts for s in result.steps) and calls == []
+    seen = []  # at each of its proposals: (drafts made ahead used, the drafter's context, the context's)
+    propose = drafter.propose
+
+    def checking(context, k):
+        ahead = drafter.drafted_ahead(context)
+        out = propose(context, k)
+        seen.append((ahead, drafter.drafter.context_length, len(context) - 1))
+        return out
+
+    drafter.propose = checking
+    auto = AutoProposer([NgramProposer(AUTO), drafter])
+    gen = Generation(target, PROMPT, sampling, speculative=auto, policy=Alternating(target))
+    gen.plain_run = RUN
+    steps = list(gen)
+    assert gen.tokens == generate(target, PROMPT, sampling).tokens
+    assert calls and any(ahead for ahead, _, _ in seen), "steps of the drafter drafted the next ahead"
+    after = [b.proposer for a, b in zip(steps, steps[1:]) if a.proposer == "dflash" and a.drafts]
+    assert "n-gram" in after and "off" in after, "some passes made ahead were for nothing"
+    assert all(have == want for _, have, want in seen), seen
+
+
+def test_proposer_auto_drafts_ahead_only_where_the_policy_expects_the_drafter_again(target, checkpoint):
+    """The real policy: a member drafts ahead where the share of its steps followed by another
+    of its own makes the pass worth its device time."""
+    drafter = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
+    policy = AdaptivePolicy(target, lambda m: CostTable(lambda n: 1e-3))
+    est = policy.estimates(drafter)
+    est.verify_ahead.ratio = 1.1  # a pass ahead adds 0.1 of a step to the verify step behind it
+    est.again = 0.9
+    assert policy.drafts_ahead(drafter)
+    est.again = 0.1
+    assert not policy.drafts_ahead(drafter)

@@ -57,7 +57,9 @@ half carried took proposer auto from 1.046-1.087x the best fixed setting to 1.06
 A proposer whose drafts were made behind the last verify step (Proposer.drafted_ahead: a DFlash
 drafter, unless SPECCHAT_DRAFT_AHEAD=0) has mostly paid for them while the host read that step: its
 cost then is what of the pass the host did not hide, learnt apart (`Estimates.ahead`) from that
-of a pass made for the step.
+of a pass made for the step. One of several proposers (proposer auto's) drafts ahead only where
+that pays (`drafts_ahead`): where the share of its steps followed by another of its own (`again`)
+weighs what the pass saves the next step above its device time, spent for nothing otherwise.
 
 Where plain steps win and nothing but the budgets changes until one could pay for a probe (no
 proposer's bucket follows the text), the policy asks for that many plain steps at once, which the
@@ -85,6 +87,7 @@ IN_RUN = 1  # tokens behind of a proposal in a run of drafting steps (after a bo
 REPLY_CARRY = 0.5  # share of a proposer's evidence a new reply starts from
 OPTIMISM = 1.0  # standard errors each acceptance is raised by when choosing k of nearly free drafts
 AHEAD_SHARE = 0.25  # of a pass's seeded cost, what one made behind the verify step is first taken to cost
+AGAIN_START = 0.5  # share of its drafting steps followed by another of its own, first guessed
 # plain steps asked for at once, at most: each time the policy chooses again after them the device
 # waits for the host (the read, the steps written out, the choice, the next launch). Asking for
 # at most 16, k auto where it drafted nothing was 0.02-0.05 ms a token slower than plain decoding
@@ -171,6 +174,9 @@ class Estimates:
         self.catch_up = CostTable(lambda n: proposer.catch_up_seed(n, step_cost))
         self.credit = credit  # seconds probes may still cost (see PROBE_SHARE)
         self.known = proposer.known_acceptance()  # each bucket's estimates start from it
+        # of its drafting steps among others' (proposer auto), the share the next step drafted
+        # with it again, moving as R does: what a pass drafted ahead is worth (drafts_ahead)
+        self.again = AGAIN_START
 
     def new_reply(self) -> None:
         """A new reply: what the last one showed counts for less (REPLY_CARRY)."""
@@ -208,6 +214,7 @@ class AdaptivePolicy:
         self.verify = step_cost(model)
         self.tokens = self.seconds = 0.0  # the reply's steps so far, faded by RATE_FADE
         self.met: set[int] = set()  # the proposers this reply has asked about
+        self.last: Proposer | None = None  # the proposer the last step drafted with
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if id(proposer) not in self.met:  # the first time this reply asks about it
@@ -347,10 +354,27 @@ class AdaptivePolicy:
         # the generation ends a run at the reply's budget and the cache's room itself
         return steps if limit >= MAX_K else min(steps, limit + 1)
 
+    def drafts_ahead(self, proposer: Proposer) -> bool:
+        """Whether one of several proposers (proposer auto's) that just drafted should draft the
+        next step's pass behind this verify step: it saves the next step what of a pass the host
+        would wait for, should that step draft with it again, and costs the device the pass for
+        nothing should it not (what its verify steps after a pass drafted ahead took more)."""
+        est = proposer.estimates
+        if est is None:
+            return False
+        saved = est.drafting(1) - est.ahead(1)
+        wasted = est.verify_ahead(1) - est.verify(1)
+        return est.again * saved > (1.0 - est.again) * wasted
+
     def record(self, choice: Choice, step, proposers: list[Proposer]) -> None:
         """Learn from the step `choice` ran: its costs, and its proposer's acceptance."""
         if step.prefill or not step.tokens:
             return
+        drafted = choice.proposer if choice.k else None
+        if self.last is not None:
+            est = self.last.estimates
+            est.again = RATE_FADE * est.again + (1.0 - RATE_FADE) * (drafted is self.last)
+        self.last = drafted
         if choice.proposer is None and not choice.ahead:
             # a plain step's cost; not one after a pass drafted ahead for nothing, whose time is in it
             self.verify.add(len(step.drafts) + 1, step.verify_s)

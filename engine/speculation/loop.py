@@ -335,16 +335,20 @@ class Generation:
 
     def _drafts_ahead(self, proposer: Proposer, out, drafts: int) -> bool:
         """Whether the next step's drafts are made behind this verify step, before the host reads
-        it (Proposer.draft_ahead): a proposer that can, drafting alone (not one of proposer
-        "auto"'s members), on a step that leaves the reply room for another and that the
-        inspector does not read. A pass drafted ahead saves the next step some 0.06 ms of the
-        pass made after the read and costs its 0.17 ms of device time for nothing where the next
-        step takes another option (H200, twenty-first run), which proposer "auto", switching
-        between its members, does too often to pay (replayed: 1-2 % slower). With k "auto" the
-        policy may take a plain step instead; where it drafts again, it knows the pass mostly
-        paid (AdaptivePolicy: `ahead`)."""
+        it (Proposer.draft_ahead): a proposer that can, on a step that leaves the reply room for
+        another and that the inspector does not read; one of proposer "auto"'s members where the
+        policy expects it to draft the next step too (AdaptivePolicy.drafts_ahead). A pass
+        drafted ahead saves the next step some 0.06 ms of the pass made after the read and costs
+        its 0.17 ms of device time for nothing where the next step takes another option (H200,
+        twenty-first run), which proposer "auto", switching between its members, does often:
+        drafting ahead after each of a member's steps was 1-2 % slower (replayed), after those
+        the policy expects to be followed by another 0-3 % faster. With k "auto" the policy may
+        take a plain step instead; where it drafts again, it knows the pass mostly paid
+        (AdaptivePolicy: `ahead`)."""
+        members = self._active.members
+        alone = len(members) == 1 and members[0] is proposer
         return (self.draft_ahead and drafts > 0 and out.states is not None
-                and len(self._active.members) == 1 and self._active.members[0] is proposer
+                and (alone or self.policy is not None and self.policy.drafts_ahead(proposer))
                 and proposer.can_draft_ahead()
                 and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
 

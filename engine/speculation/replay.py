@@ -261,11 +261,13 @@ def replay(
         else:
             steps = [run_step(machine, choice, context, rng)]
         steps[0].verify_s += machine.block_device * len(ahead)
-        # spent, or made for nothing; none is drafted by proposer auto's members, nor behind a
-        # step that leaves the reply no room for another (Generation._drafts_ahead)
+        # spent, or made for nothing; none is drafted by proposer auto's members unless the policy
+        # expects the member to draft again, nor behind a step that leaves the reply no room for
+        # another (Generation._drafts_ahead)
         room = length - (len(context) - PROMPT) > len(steps[0].drafts) + 2
         for m in members:
-            if m in ahead and (m is not choice.proposer or not choice.k) or len(members) > 1 or not room:
+            if m in ahead and (m is not choice.proposer or not choice.k) or not room or (
+                    len(members) > 1 and not policy.drafts_ahead(m)):
                 m.ahead_at = -1
         if auto:
             # the policy chooses while the device runs a pass drafted ahead, if one is queued
