@@ -9,6 +9,8 @@ graph, where the count stays on the device. The generation drafts ahead unless
 SPECCHAT_DRAFT_AHEAD=0, which only the tests of that switch set.
 """
 
+from itertools import pairwise
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -265,11 +267,10 @@ class Alternating(AdaptivePolicy):
     steps), drafting ahead after every drafting step: the next step may then take another member
     or a plain run, and the pass ran for nothing."""
 
-    script = [(1, 3), (1, 4), (0, 2), (1, 3), (None, 0), (1, 5), (1, 2), (0, 3), (0, 1), (1, 4)]
-
     def __init__(self, model):
         super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
         self.choices = 0
+        self.script = [(1, 3), (1, 4), (0, 2), (1, 3), (None, 0), (1, 5), (1, 2), (0, 3), (0, 1), (1, 4)]
 
     def choose(self, proposers, context, limit):
         member, k = self.script[self.choices % len(self.script)]
@@ -313,7 +314,7 @@ def test_proposer_auto_drafts_ahead_and_a_step_of_another_member_drops_the_draft
     steps = list(gen)
     assert gen.tokens == generate(target, PROMPT, sampling).tokens
     assert calls and any(ahead for ahead, _, _ in seen), "steps of the drafter drafted the next ahead"
-    after = [b.proposer for a, b in zip(steps, steps[1:]) if a.proposer == "dflash" and a.drafts]
+    after = [b.proposer for a, b in pairwise(steps) if a.proposer == "dflash" and a.drafts]
     assert "n-gram" in after and "off" in after, "some passes made ahead were for nothing"
     assert all(have == want for _, have, want in seen), seen
 
