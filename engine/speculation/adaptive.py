@@ -45,7 +45,9 @@ MAX_CREDIT). So where a proposer never pays, probing costs about PROBE_SHARE of 
 proposer (n-gram) probes far more often than an expensive one (a draft model), more so against
 plain steps than against a copy at many tokens a step, and comes back as soon as the text turns
 its way. A proposer starts with FIRST_CREDIT, one failed probe against plain decoding, so a draft
-model is tried in a reply's first steps.
+model is tried in a reply's first steps; once one drafts a step on its estimates, what is left of
+it is dropped, its work done (a drafter whose drafts were never kept spent it on four probes in a
+row after its first misses, 0.4 % of a reply, replayed).
 
 Estimates carry from reply to reply (a chat keeps its proposers), but each new reply starts from
 REPLY_CARRY of the last one's evidence: its text may be of another kind (a haiku after an
@@ -83,6 +85,11 @@ FIRST_CREDIT = 1.5  # plain steps' time: one probe that fails against plain deco
 RATE_FADE = 0.9  # weight left to earlier steps in the reply's speed R (about 10 steps' memory)
 PRIOR_CURVE = Acceptance().tokens()  # E(k) of a proposer nothing is known of
 EXPLORE = 0.25  # plain steps' time: drafting that costs less than this more is nearly free to try
+# plain steps' time: drafts that cost less to make are weighed by their hopes (an n-gram lookup,
+# some 0.03). Not a drafter's pass (0.2 on the H200): one with no measurement of itself, whose
+# drafts were never kept, drafted its first 7 steps on hope where plain steps won, 1.2 % of a
+# 256-token reply (replayed)
+NEARLY_FREE = 0.1
 IN_RUN = 1  # tokens behind of a proposal in a run of drafting steps (after a bonus: the bonus)
 REPLY_CARRY = 0.5  # share of a proposer's evidence a new reply starts from
 OPTIMISM = 1.0  # standard errors each acceptance is raised by when choosing k of nearly free drafts
@@ -177,6 +184,7 @@ class Estimates:
         # of its drafting steps among others' (proposer auto), the share the next step drafted
         # with it again, moving as R does: what a pass drafted ahead is worth (drafts_ahead)
         self.again = AGAIN_START
+        self.tried = False  # whether it has drafted a step yet
 
     def new_reply(self) -> None:
         """A new reply: what the last one showed counts for less (REPLY_CARRY)."""
@@ -256,7 +264,7 @@ class AdaptivePolicy:
             # those of a proposer that carries a measurement of every position (a DFlash drafter
             # trained here): raised where this reply had not reached, its deep drafts, seldom
             # kept, took k 8-15 for the tokens of k 3 (H200, sixteenth run: 0.89-0.94x its best k)
-            free = est.known is None and est.drafting(MAX_K) <= EXPLORE * verify[1]
+            free = est.known is None and est.drafting(MAX_K) <= NEARLY_FREE * verify[1]
             curve = acceptance.tokens(OPTIMISM if free else 0.0)
             option = self.option(proposer, curve, limit, worth, acceptance.explored,
                                  proposer.drafted_ahead(context))
@@ -389,6 +397,10 @@ class AdaptivePolicy:
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
+        if not est.tried and not choice.probe:
+            # taken on its estimates: FIRST_CREDIT, there to have it tried, has done its work
+            est.credit = min(est.credit, 0.0)
+        est.tried = True
         est.verify_costs(choice.ahead).add(len(step.drafts) + 1, step.verify_s)
         drafting = est.drafting(choice.k)
         if choice.ahead:  # the pass ran behind the last verify step: what of it was not hidden
