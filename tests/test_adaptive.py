@@ -38,6 +38,26 @@ class Scripted(Proposer):
     def drafting_seed(self, k, step_cost):
         return self.per_draft * k
 
+    def proposing(self, k: int) -> float:
+        """What proposing k drafts takes (as seeded)."""
+        return self.per_draft * k
+
+
+class Pass(Scripted):
+    """A drafter whose one pass drafts every k and costs a fifth of a plain step (DFlash on the
+    H200), with no measurement of itself."""
+
+    drafts_in_one_pass = True
+
+    def __init__(self):
+        super().__init__(per_draft=0.0, name="pass")
+
+    def drafting_seed(self, k, step_cost):
+        return 0.2 * PLAIN
+
+    def proposing(self, k):
+        return 0.2 * PLAIN
+
 
 def policy() -> AdaptivePolicy:
     table = CostTable(verify_cost)
@@ -59,7 +79,7 @@ def run(policy, proposers, steps: int, accept) -> list:
             kind="plain",
             k=k,
             proposer=who.name if who else "off",
-            propose_s=who.per_draft * k if who else 0.0,
+            propose_s=who.proposing(k) if who else 0.0,
             verify_s=verify_cost(k + 1),
             position=i,
         )
@@ -337,6 +357,29 @@ def test_a_measured_drafter_is_weighed_by_its_estimates_not_raised_on_hope():
     drafter = Measured([0.6, 0.5, 0.4, 0.35] + [0.3] * 11)
     choices = run(policy(), [drafter], 40, lambda who, k: min(k, 1))
     assert all(1 <= c.k <= 4 for c in choices[-10:])
+
+
+def test_a_pass_that_costs_a_fifth_of_a_step_is_not_weighed_on_hope():
+    """Drafts nearly free to make (an n-gram lookup) are weighed by their hopes; a drafter's pass,
+    with no measurement of itself, is not: whose drafts are never kept, it stops within a few
+    steps. (Weighed on hope, such a drafter drafted its first 7 steps of a reply, replayed.)"""
+    p = policy()
+    assert p.choose([Scripted(per_draft=0.0)], [0, 0], 15).hoped is not None
+    assert p.choose([Pass()], [0, 0], 15).hoped is None
+    choices = run(policy(), [Pass()], 12, lambda who, k: 0)
+    first = next(i for i, c in enumerate(choices) if c.k == 0)
+    assert first <= 3 and all(c.k == 0 for c in choices[first:] if not c.probe)
+
+
+def test_the_first_credit_has_a_proposer_tried_and_is_dropped_once_it_drafts():
+    """A proposer starts with a budget for one failed probe so it is tried at once; taken on its
+    estimates instead, it drafts, and once its drafts miss no run of probes follows: it probes
+    again when sitting out has earned one. (With the first budget kept, four probes in a row.)"""
+    choices = run(policy(), [Pass()], 60, lambda who, k: 0)
+    first = next(i for i, c in enumerate(choices) if c.k == 0)
+    probed = [i for i, c in enumerate(choices) if c.probe]
+    assert not choices[0].probe and choices[0].k > 0
+    assert not probed or probed[0] - first >= 10
 
 
 def test_warming_up_k_auto_times_the_steps_it_prices_so_the_first_reply_does_not(monkeypatch):
