@@ -18,7 +18,7 @@ from engine.limits import MAX_STEP
 from engine.speculation import step_costs as costs
 from engine.speculation.acceptance import Acceptance, expected_curve, expected_tokens
 from engine.speculation.adaptive import PROBE_SHARE, REPLY_CARRY, AdaptivePolicy, best_k, catch_up_key
-from engine.speculation.step_costs import CostTable
+from engine.speculation.step_costs import CostTable, RelativeCost
 from tests.conftest import tiny_model
 
 PLAIN = 1.0  # seconds of a plain step: costs below are in plain steps
@@ -483,3 +483,16 @@ def test_each_proposer_prices_verify_steps_by_its_own():
     assert block.estimates.verify(5) == 1.5 * verify_cost(5)
     assert block.estimates.verify(16) > copier.estimates.verify(16)  # its seed, at its own drift
     assert set(p.verify.measured) == {1}
+
+
+def test_a_table_relative_to_another_follows_both_between_reads():
+    """The policy reads a proposer's verify costs every step: the list is kept until a step is
+    measured, the base's or its own, and then reflects it."""
+    base = CostTable(lambda n: 1.0 + 0.1 * n)
+    relative = RelativeCost(base)
+    assert relative.upto(4) is relative.upto(4)
+    base.add(2, 2.4)
+    assert relative.upto(4)[2] == pytest.approx(2.4)
+    relative.add(3, 3.0)
+    assert relative.upto(4)[3] == 3.0
+    assert relative.upto(4)[1] > 1.1  # the rest moved with how much dearer its own steps ran

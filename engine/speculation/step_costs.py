@@ -113,16 +113,25 @@ class RelativeCost:
         self.base = base
         self.measured: dict[int, float] = {}
         self.ratio = 1.0
+        # upto()'s, and the base's list it was made from: the base's upto() returns the same
+        # list until the base measures a step, so the policy's reads each step are a lookup
+        self._costs: list[float] | None = None
+        self._from: list[float] | None = None
 
     def __call__(self, n: int) -> float:
         found = self.measured.get(n)
         return found if found is not None else self.base(n) * self.ratio
 
     def upto(self, top: int) -> list[float]:
-        base, measured, ratio = self.base.upto(top), self.measured, self.ratio
-        return [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
+        base = self.base.upto(top)
+        if self._costs is None or base is not self._from or len(self._costs) <= top:
+            measured, ratio = self.measured, self.ratio
+            self._costs = [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
+            self._from = base
+        return self._costs
 
     def add(self, n: int, seconds: float) -> None:
+        self._costs = None
         seconds = follow(self.measured, n, seconds)
         base = self.base(n)
         if base > 0:
