@@ -125,6 +125,10 @@ def main() -> None:
           f"{totals[best] / totals['ngram k=auto']:.3f}x, dflash auto {totals[best] / totals['dflash k=auto']:.3f}x. "
           f"Auto / auto's worst turn against plain: turn {worst + 1}, {auto[worst] / per_turn['plain'][worst]:.3f}x "
           "plain's time (#17: <= 1.02)")
+    for who in ("ngram", "dflash"):
+        own = {n: s for n, s in fixed.items() if n.startswith(who)}
+        mine = min(own, key=own.get)
+        print(f"{who} k auto against its best fixed k ({mine}): {totals[mine] / totals[f'{who} k=auto']:.3f}x (#17: >= 0.97)")
     after_hit, after_miss = after_hit_or_miss([flash for flash, _, _ in turns])
     print(f"The drafter at k 15 every step: its first draft kept {after_hit:.0%} of the time after a step that "
           f"kept one, {after_miss:.0%} after one that kept none")
