@@ -6,7 +6,8 @@ and verify windows (wall less windows), and within it what the loop spends choos
 choose, and what members sitting the step out do: `idle`), learning (the policy's record), the
 proposers' reading of each step (`observe`) and writing it out (`_emit`); plus tokens a step and
 tok/s. Each setting runs as the bench runs it (a fresh proposer a reply, warm-up off the clock,
-the prompt primed), --repeats replies in rounds.
+the prompt primed), --repeats replies in rounds. On a GPU, one more reply a setting under the
+profiler gives the share of its wall time the device ran nothing, and that idle time a step.
 
     python bench/gpu/host_time.py --dflash DIR [--prompts edit explain] [--repeats 2]
     PYTHONPATH=. python bench/gpu/host_time.py --cpu   # small random shapes: the same counts
@@ -83,6 +84,43 @@ def reply(target, ids, stop, sampling, proposer) -> dict[str, float]:
     return out
 
 
+def busy(events: list[dict]) -> float:
+    """Seconds the device ran anything: the union of the events' [ts, ts + dur) (chrome-trace us)."""
+    total, end = 0.0, float("-inf")
+    for e in sorted(events, key=lambda e: e["ts"]):
+        start, stop = e["ts"], e["ts"] + e["dur"]
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total / 1e6
+
+
+def device_idle(target, ids, stop, sampling, proposer) -> tuple[float, float]:
+    """(share of the reply's wall time the device ran nothing, its idle ms a step), from one
+    reply under the profiler (which adds a little host time of its own)."""
+    import json
+    from pathlib import Path
+
+    target.warm_up(sampling)
+    proposer.warm_up(target, sampling)
+    gen = Generation(target, ids, sampling, stop, speculative=proposer)
+    steps = iter(gen)
+    proposer.prime([*ids, *next(steps).tokens])
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        done = list(steps)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = [e for e in json.loads(path.read_text())["traceEvents"]
+                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    idle = max(0.0, wall - busy(events))
+    return idle / wall, idle / len(done)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
@@ -91,6 +129,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--cpu", action="store_true", help="a smoke run: small random shapes on the CPU")
+    p.add_argument("--no-idle", action="store_true", help="leave out the profiled reply (device idle time)")
     args = p.parse_args()
     torch.set_grad_enabled(False)
     if args.cpu:
@@ -115,8 +154,10 @@ def main() -> None:
     sampling = SamplingParams(max_tokens=args.tokens)
     print(f"target {args.model if not args.cpu else 'random (cpu)'}, drafter {args.dflash or 'random, 2 layers'}, "
           f"{args.tokens} new tokens, greedy; ms a step (median of {args.repeats})\n")
-    print("| prompt | setting | tok/s | tokens/step | between steps | choose | idle | record | observe | emit |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    profiled = target.device.type == "cuda" and not args.no_idle
+    print("| prompt | setting | tok/s | tokens/step | between steps | choose | idle | record | observe | emit |"
+          + (" device idle | idle a step |" if profiled else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if profiled else ""))
     for name, ids in rows:
         runs = defaultdict(list)
         for _ in range(args.repeats):
@@ -127,6 +168,13 @@ def main() -> None:
             rate = statistics.median(r["tokens"] / r["wall"] for r in done)
             per = statistics.median(r["tokens"] / r["steps"] for r in done)
             cells = " | ".join(f"{1e3 * med[key]:.3f}" for key in ["between", *PARTS])
+            if profiled:
+                make = dict(settings(drafter))[label]
+                try:
+                    share, each = device_idle(target, ids, stop, sampling, make())
+                    cells += f" | {100 * share:.1f} % | {1e3 * each:.3f}"
+                except Exception as err:  # noqa: BLE001 - a diagnostic: the table goes on without it
+                    cells += f" | n/a ({type(err).__name__}) | n/a"
             print(f"| {name} | {label} | {rate:.0f} | {per:.2f} | {cells} |")
 
 
