@@ -496,3 +496,27 @@ def test_a_table_relative_to_another_follows_both_between_reads():
     relative.add(3, 3.0)
     assert relative.upto(4)[3] == 3.0
     assert relative.upto(4)[1] > 1.1  # the rest moved with how much dearer its own steps ran
+
+
+def test_the_share_of_a_members_steps_followed_by_its_own_follows_the_reply():
+    """What a pass drafted ahead is worth to one of proposer auto's members: how often its step
+    is followed by another of its own, moving with the reply."""
+    p = policy()
+    a, b = Scripted(per_draft=0.0, name="a"), Scripted(per_draft=0.0, name="b")
+
+    def step(who):
+        choice = p.choose([a, b], [0, 0], 15)
+        choice.proposer, choice.k = who, 2 if who else 0
+        p.record(choice, Step(tokens=[1], drafts=[1] * choice.k, accepted=0, kind="plain", k=choice.k,
+                              proposer=who.name if who else "off", propose_s=0.0, verify_s=PLAIN, position=0), [a, b])
+
+    for _ in range(30):
+        step(a)
+    together = a.estimates.again
+    for _ in range(15):
+        step(a)
+        step(b)
+    assert together > 0.9 and a.estimates.again < 0.25
+    step(a)
+    step(None)  # a plain step after it: not its own either
+    assert a.estimates.again < 0.25
