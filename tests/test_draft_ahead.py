@@ -29,6 +29,9 @@ from engine.speculation.step_costs import CostTable
 from tests.dflash_target import BLOCK, DRAFT_LAYERS, PROMPT, VOCAB, make_target
 from tests.scripted_policy import RUN, Scripted
 
+# replies long enough to draft, sit out runs of plain steps and draft again
+REPLIES = [SamplingParams(max_tokens=70), SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)]
+
 
 @pytest.fixture(autouse=True)
 def drafting_ahead(monkeypatch):
@@ -232,17 +235,10 @@ def test_an_inspected_step_is_not_drafted_ahead(target, checkpoint):
     assert any(s.inspection is not None and s.drafts for s in steps) and calls == []
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingParams(max_tokens=70),
-    SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70),
-], ids=["greedy", "sampled"])
-def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(target, checkpoint, sampling):
-    """A scripted policy drafts, sits out runs of plain steps, drafts again: the drafts made
-    ahead of a step it sat out are dropped, the states it missed are taken in with its next pass,
-    and the reply stays plain decoding's."""
-    proposer = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
-    calls = counting(proposer)
-    seen = []  # at each proposal: (drafts made ahead used, the drafter's context, the context's)
+def watched(proposer) -> list[tuple[bool, int, int]]:
+    """At each of its proposals from now on: (drafts made ahead used, the drafter's context
+    length, the context's but its last token)."""
+    seen = []
     propose = proposer.propose
 
     def checking(context, k):
@@ -252,6 +248,17 @@ def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(targ
         return out
 
     proposer.propose = checking
+    return seen
+
+
+@pytest.mark.parametrize("sampling", REPLIES, ids=["greedy", "sampled"])
+def test_sitting_out_after_drafting_ahead_drops_those_drafts_and_catches_up(target, checkpoint, sampling):
+    """A scripted policy drafts, sits out runs of plain steps, drafts again: the drafts made
+    ahead of a step it sat out are dropped, the states it missed are taken in with its next pass,
+    and the reply stays plain decoding's."""
+    proposer = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
+    calls = counting(proposer)
+    seen = watched(proposer)
     policy = Scripted(target)
     gen = Generation(target, PROMPT, sampling, speculative=proposer, policy=policy)
     gen.plain_run = RUN
@@ -285,10 +292,7 @@ class Alternating(AdaptivePolicy):
         return True
 
 
-@pytest.mark.parametrize("sampling", [
-    SamplingParams(max_tokens=70),
-    SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70),
-], ids=["greedy", "sampled"])
+@pytest.mark.parametrize("sampling", REPLIES, ids=["greedy", "sampled"])
 def test_proposer_auto_drafts_ahead_and_a_step_of_another_member_drops_the_drafts(target, checkpoint, sampling):
     """A member of proposer "auto" drafts the next pass ahead where the policy expects to draft
     with it again; where the next step goes to the n-gram member or to plain steps instead, those
@@ -298,16 +302,7 @@ def test_proposer_auto_drafts_ahead_and_a_step_of_another_member_drops_the_draft
 
     drafter = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
     calls = counting(drafter)
-    seen = []  # at each of its proposals: (drafts made ahead used, the drafter's context, the context's)
-    propose = drafter.propose
-
-    def checking(context, k):
-        ahead = drafter.drafted_ahead(context)
-        out = propose(context, k)
-        seen.append((ahead, drafter.drafter.context_length, len(context) - 1))
-        return out
-
-    drafter.propose = checking
+    seen = watched(drafter)
     auto = AutoProposer([NgramProposer(AUTO), drafter])
     gen = Generation(target, PROMPT, sampling, speculative=auto, policy=Alternating(target))
     gen.plain_run = RUN
