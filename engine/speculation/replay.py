@@ -59,6 +59,7 @@ class Machine:
     chained: float  # each further draft
     eager: float  # a first step of more than MAX_STEP tokens run op by op (no CUDA graph)
     host: float  # the policy's own time per step (k "auto")
+    host_member: float = 0.0  # ... and more per member beyond the first (proposer "auto")
     block_pass: float = 0.0  # a DFlash drafter's pass, the extra cost of its verify step's states included
     block_catch_up: float = 0.0  # its catch-up on the states of more than a step's worth of tokens
     # a pass drafted behind the verify step before it (DFlashProposer.draft_ahead; None: every
@@ -272,7 +273,8 @@ def replay(
         if auto:
             # the policy chooses while the device runs a pass drafted ahead, if one is queued
             hidden = machine.block_device if ahead else 0.0
-            seconds += max(0.0, machine.host - hidden)
+            host = machine.host + machine.host_member * (len(members) - 1)
+            seconds += max(0.0, host - hidden)
         for step in steps:
             if auto:
                 policy.record(choice, step, members)
