@@ -1,6 +1,7 @@
 """Exactness with a trained DFlash drafter: float32 target and drafter on the GPU, every reply of
 DFlash at several k (auto among them), and proposer and k switching every step between DFlash and
-n-gram (plain steps among them: a drafter that sits steps out must catch up exactly), greedy and
+n-gram (plain steps among them: a drafter that sits steps out must catch up exactly, and drops the
+pass it drafted ahead of a step it does not draft), greedy and
 sampled, token for token against plain decoding of the same model, on the bench's prompts and
 held-out ones. In float32 no near-tie of bf16
 rounding can part them, so any difference is a bug. Prints one line per case and a verdict;
@@ -52,6 +53,9 @@ class Switching:
 
     def record(self, choice, step, proposers):
         pass
+
+    def drafts_ahead(self, proposer):
+        return True  # every DFlash step drafts the next ahead, which the next step often drops
 
 
 def reply(target, ids, sampling, stop, drafter, k):
