@@ -6,7 +6,7 @@ from engine.speculation.step_costs import CostTable
 
 class SitsOut(AdaptivePolicy):
     """The real policy's bookkeeping on a script: 3 drafts, then 16 plain steps asked for at once
-    (as many as a choice asks for)."""
+    (two runs of 8)."""
 
     def __init__(self, model):
         super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
