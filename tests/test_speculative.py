@@ -1,5 +1,7 @@
 """Speculative decoding leaves the output unchanged: every claim checked token for token."""
 
+import random
+
 import pytest
 import torch
 
@@ -202,6 +204,28 @@ def test_ngram_index_grows_with_the_context():
     context += [5]
     ngram.observe(context)
     assert ngram.propose(context, 2).drafts == [6, 7]
+
+
+def test_the_ngram_index_holds_each_ngrams_latest_earlier_occurrence_however_the_context_grew():
+    rng = random.Random(0)
+    for max_n in (1, 3, 8):
+        ngram, context = NgramProposer(k=4, max_n=max_n), []
+        ngram.reset(context)
+        for grow in (1, 1, 5, 2, 30, 1, 17, 3, 100, 2, 70):  # one by one, and in bulk (past BULK)
+            context += [rng.randrange(4) for _ in range(grow)]
+            ngram.observe(context)
+            latest = {}  # by its definition: each n-gram with a token after it -> that token's position
+            for end in range(len(context) - 1):
+                for n in range(1, min(max_n, end + 1) + 1):
+                    latest[tuple(context[end - n + 1 : end + 1])] = end + 1
+            assert ngram.index == latest
+
+
+def test_a_longer_match_copies_from_where_it_was_seen_not_from_the_latest_short_one():
+    ngram = NgramProposer(k=3)
+    context = [1, 2, 3, 4, 10, 11, 9, 3, 4, 20, 21, 1, 2, 3, 4]  # "3 4" last seen before 20, "1 2 3 4" before 10
+    ngram.reset(context)
+    assert ngram.bucket(context) == 4 and ngram.propose(context, 3).drafts == [10, 11, 9]
 
 
 def test_the_summary_line_reports_steps_acceptance_and_step_times(target, draft):
