@@ -1,7 +1,7 @@
 """transformers' own `generate` on the same model, prompts, device and dtype: the peer rows.
 
 Methods, in our vocabulary: plain; n-gram = prompt lookup (`prompt_lookup_num_tokens=k`, matching
-up to 3-grams as ours does); draft = `assistant_model` with exactly k drafts per step (constant
+up to as many tokens as ours does); draft = `assistant_model` with exactly k drafts per step (constant
 schedule, no confidence stop); draft-heuristic = the assistant with transformers' default
 schedule, starting at k (+2 after a fully accepted step, -1 otherwise, and its confidence stop).
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from engine import PACKS, EngineError, ensure_pack
+from engine import PACKS, EngineError, NgramProposer, ensure_pack
 from specchat.bench.runs import TRANSFORMERS, Case, Job, Run
 
-NGRAM_SIZE = 3  # our prompt lookup matches the last 3, 2 or 1 tokens
+NGRAM_SIZE = NgramProposer().max_n  # our prompt lookup matches the longest suffix of up to this many tokens
 HEURISTIC_CONFIDENCE = 0.4  # transformers' default assistant_confidence_threshold
 
 
