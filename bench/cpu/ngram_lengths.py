@@ -18,28 +18,11 @@ import random
 from pathlib import Path
 
 from bench.cpu.policy_replay import follow
-from bench.cpu.policy_trace import MACHINE
+from bench.cpu.policy_trace import MACHINE, ngram_shape
 from engine import AUTO
-from engine.speculation.proposers.ngram.proposer import NgramProposer
-from engine.speculation.replay import Replayed, Shape, costs, replay
+from engine.speculation.replay import Replayed, costs, replay
 
 KS = [4, 15, AUTO]
-
-
-def shape(prompt: list[int], reply: list[int], max_n: int) -> Shape:
-    """The n-gram proposer's bucket and kept run at each reply position after the first token."""
-    proposer = NgramProposer(k=15, max_n=max_n)
-    proposer.reset(prompt + reply[:1])
-    buckets, runs = [], []
-    for i in range(len(reply) - 1):
-        context = prompt + reply[: i + 1]
-        buckets.append(proposer.bucket(context))
-        drafts = proposer.propose(context, 15).drafts
-        run = 0
-        while run < len(drafts) and i + 1 + run < len(reply) and drafts[run] == reply[i + 1 + run]:
-            run += 1
-        runs.append(run)
-    return Shape(buckets, runs)
 
 
 def main() -> None:
@@ -54,7 +37,7 @@ def main() -> None:
         with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
             turns = json.load(f)["turns"]
         for max_n in args.lengths:
-            shapes = [(shape(t["prompt"], t["reply"], max_n), len(t["reply"]) - 1) for t in turns]
+            shapes = [(ngram_shape(t["prompt"], t["reply"], max_n), len(t["reply"]) - 1) for t in turns]
             cells = []
             for k in KS:
                 total = 0.0

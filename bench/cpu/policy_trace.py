@@ -42,9 +42,10 @@ MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.
                   block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS)
 
 
-def ngram_shape(prompt: list[int], reply: list[int]) -> Shape:
-    """The n-gram proposer's bucket and kept run at each reply position after the first token."""
-    proposer = NgramProposer(k=15)
+def ngram_shape(prompt: list[int], reply: list[int], max_n: int | None = None) -> Shape:
+    """The n-gram proposer's bucket and kept run at each reply position after the first token
+    (looking up suffixes of up to `max_n` tokens, default its own)."""
+    proposer = NgramProposer(k=15) if max_n is None else NgramProposer(k=15, max_n=max_n)
     proposer.reset(prompt + reply[:1])
     buckets, runs = [], []
     for i in range(len(reply) - 1):
