@@ -38,7 +38,7 @@ class NgramProposer(Proposer):
         # the context: no step rescans it. A step's few tokens go in one by one; a prompt's
         # thousands (a chat's, at each reply) per length by zips, the n-grams ending at
         # `first`..`last` with the positions after them, in order (a later occurrence replaces
-        # an earlier one): a Python loop per token and length took twice as long.
+        # an earlier one): a Python loop per token and length took 1.5-2 times as long.
         last = len(context) - 2
         if last - self.indexed < BULK:
             for end in range(self.indexed, last + 1):
