@@ -40,46 +40,80 @@ def follow(measured: dict[int, float], n: int, seconds: float) -> float:
     return seconds
 
 
-class CostTable:
-    """Seconds of a step of length n (or of drafting n tokens): the moving average of the times
-    measured at n, else the seed at n times the drift measured elsewhere."""
+class Seed:
+    """A fixed cost by length (a table's starting point): asked once per n, and as a list for upto()."""
 
     def __init__(self, seed: Callable[[int], float]):
         self.seed = seed
-        self.measured: dict[int, float] = {}
-        self.drift = 1.0  # measured / seed, moving
-        self._seeds: dict[int, float] = {}  # the seed is fixed, so it is asked once per n
-        self._seed_list: list[float] = []  # [0, seed(1) .. seed(n)] for upto()
-        self._costs: list[float] | None = None  # upto()'s, until the next measurement
+        self._seeds: dict[int, float] = {}
+        self._list: list[float] = []  # [0, seed(1) .. seed(n)]: the same list until a longer one is asked for
 
     def __call__(self, n: int) -> float:
-        if n in self.measured:
-            return self.measured[n]
-        return self.seeded(n) * self.drift
-
-    def seeded(self, n: int) -> float:
         found = self._seeds.get(n)
         if found is None:
             found = self._seeds[n] = self.seed(n)
         return found
 
     def upto(self, top: int) -> list[float]:
+        if len(self._list) <= top:
+            self._list = [0.0] + [self(n) for n in range(1, top + 1)]
+        return self._list
+
+
+class RelativeCost:
+    """One kind of step's costs against a plainer table (`base`): its own moving averages where
+    it has run, else the base's cost times how much dearer its steps have run (`ratio`, moving),
+    so the lengths it has not run follow the machine as the base does. A proposer's verify steps
+    against the target's (a DFlash step keeps the target's states for the drafter), and those run
+    after a pass drafted ahead against those of its own run after none (the pass's device time
+    comes first); a CostTable against its seed."""
+
+    def __init__(self, base: Seed | RelativeCost):
+        self.base = base
+        self.measured: dict[int, float] = {}
+        self.ratio = 1.0
+        # upto()'s, and the base's list it was made from: the base's upto() returns the same
+        # list until the base measures a step, so the policy's reads each step are a lookup
+        self._costs: list[float] | None = None
+        self._from: list[float] | None = None
+
+    def __call__(self, n: int) -> float:
+        found = self.measured.get(n)
+        return found if found is not None else self.base(n) * self.ratio
+
+    def upto(self, top: int) -> list[float]:
         """[cost(0) = 0, cost(1) .. cost(top)]: the policy reads this every step, and it changes
         only when a step is measured."""
-        if self._costs is None or len(self._costs) <= top:
-            if len(self._seed_list) <= top:
-                self._seed_list = [0.0] + [self.seeded(n) for n in range(1, top + 1)]
-            measured, drift, seeds = self.measured, self.drift, self._seed_list
-            self._costs = [0.0] + [measured[n] if n in measured else seeds[n] * drift
-                                   for n in range(1, top + 1)]
+        base = self.base.upto(top)
+        if self._costs is None or base is not self._from or len(self._costs) <= top:
+            measured, ratio = self.measured, self.ratio
+            self._costs = [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
+            self._from = base
         return self._costs
 
     def add(self, n: int, seconds: float) -> None:
         self._costs = None
         seconds = follow(self.measured, n, seconds)
-        seeded = self.seeded(n)
-        if seeded > 0:
-            self.drift += FOLLOW * (seconds / seeded - self.drift)
+        base = self.base(n)
+        if base > 0:
+            self.ratio += FOLLOW * (seconds / base - self.ratio)
+
+
+class CostTable(RelativeCost):
+    """Seconds of a step of length n (or of drafting n tokens): the moving average of the times
+    measured at n, else the seed at n times the drift (`ratio`) measured elsewhere."""
+
+    def __init__(self, seed: Callable[[int], float]):
+        super().__init__(Seed(seed))
+
+    def seeded(self, n: int) -> float:
+        return self.base(n)
+
+    def upto(self, top: int) -> list[float]:
+        # the seed never changes: the list holds until a step is measured (add)
+        if self._costs is not None and len(self._costs) > top:
+            return self._costs
+        return super().upto(top)
 
 
 class OnePassCost(CostTable):
@@ -99,43 +133,6 @@ class OnePassCost(CostTable):
         if self._costs is None or len(self._costs) <= top:
             self._costs = [0.0] + [self(1)] * top
         return self._costs
-
-
-class RelativeCost:
-    """One kind of step's costs against a table of the plainer kind (`base`): its own moving
-    averages where it has run, else the base's cost times how much dearer its steps have run
-    (moving as CostTable's drift), so the lengths it has not run follow the machine as the base
-    does. A proposer's verify steps against the target's (a DFlash step keeps the target's states
-    for the drafter), and those run after a pass drafted ahead against those of its own run after
-    none (the pass's device time comes first)."""
-
-    def __init__(self, base: CostTable | RelativeCost):
-        self.base = base
-        self.measured: dict[int, float] = {}
-        self.ratio = 1.0
-        # upto()'s, and the base's list it was made from: the base's upto() returns the same
-        # list until the base measures a step, so the policy's reads each step are a lookup
-        self._costs: list[float] | None = None
-        self._from: list[float] | None = None
-
-    def __call__(self, n: int) -> float:
-        found = self.measured.get(n)
-        return found if found is not None else self.base(n) * self.ratio
-
-    def upto(self, top: int) -> list[float]:
-        base = self.base.upto(top)
-        if self._costs is None or base is not self._from or len(self._costs) <= top:
-            measured, ratio = self.measured, self.ratio
-            self._costs = [0.0] + [measured[n] if n in measured else base[n] * ratio for n in range(1, top + 1)]
-            self._from = base
-        return self._costs
-
-    def add(self, n: int, seconds: float) -> None:
-        self._costs = None
-        seconds = follow(self.measured, n, seconds)
-        base = self.base(n)
-        if base > 0:
-            self.ratio += FOLLOW * (seconds / base - self.ratio)
 
 
 _tables: dict[int, tuple[weakref.ref, CostTable]] = {}  # id(model) -> (the model, its table)
