@@ -35,6 +35,7 @@ from engine import (
     random_model,
     write_random_drafter,
 )
+from engine.profile import kernel_events
 from engine.speculation import adaptive
 from engine.speculation.loop import Generation
 
@@ -65,15 +66,20 @@ def settings(drafter):
     yield "auto / auto", lambda: AutoProposer([NgramProposer(AUTO), DFlashProposer(drafter, AUTO)])
 
 
-def reply(target, ids, stop, sampling, proposer) -> dict[str, float]:
+def started(target, ids, stop, sampling, proposer):
+    """A reply past its prefill, as the bench runs one: warm-up off the clock, the proposer primed;
+    the iterator of its remaining steps."""
     target.warm_up(sampling)
     proposer.warm_up(target, sampling)
-    gen = Generation(target, ids, sampling, stop, speculative=proposer)
-    steps = iter(gen)
-    first = next(steps)
-    proposer.prime([*ids, *first.tokens])
+    steps = iter(Generation(target, ids, sampling, stop, speculative=proposer))
+    proposer.prime([*ids, *next(steps).tokens])
     if target.device.type == "cuda":
         torch.cuda.synchronize()
+    return steps
+
+
+def reply(target, ids, stop, sampling, proposer) -> dict[str, float]:
+    steps = started(target, ids, stop, sampling, proposer)
     spent.clear()
     t0 = time.perf_counter()
     done = list(steps)
@@ -96,29 +102,21 @@ def busy(events: list[dict]) -> float:
 
 
 def device_idle(target, ids, stop, sampling, proposer) -> tuple[float, float]:
-    """(share of the reply's wall time the device ran nothing, its idle ms a step), from one
-    reply under the profiler (which adds a little host time of its own)."""
-    import json
-    from pathlib import Path
+    """(share of the reply's wall time the device ran no kernel, that idle ms a step), from one
+    reply under the profiler (which adds a little host time of its own; the steps' small copies
+    of tokens to the host count as idle)."""
+    steps = started(target, ids, stop, sampling, proposer)
+    done, timed = [], []
 
-    target.warm_up(sampling)
-    proposer.warm_up(target, sampling)
-    gen = Generation(target, ids, sampling, stop, speculative=proposer)
-    steps = iter(gen)
-    proposer.prime([*ids, *next(steps).tokens])
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    def run():
         t0 = time.perf_counter()
-        done = list(steps)
+        done.extend(steps)
         torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = [e for e in json.loads(path.read_text())["traceEvents"]
-                  if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
-    idle = max(0.0, wall - busy(events))
-    return idle / wall, idle / len(done)
+        timed.append(time.perf_counter() - t0)
+
+    events = kernel_events(run, 1)
+    idle = max(0.0, timed[0] - busy(events))
+    return idle / timed[0], idle / len(done)
 
 
 def main() -> None:
