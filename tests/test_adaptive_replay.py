@@ -108,8 +108,6 @@ def test_a_dflash_drafter_that_sat_out_pays_its_catch_up_once():
     assert drafter.behind(context + [0]) == 0
 
 
-
-
 def test_a_dflash_drafter_drafting_ahead_pays_the_hidden_pass_in_its_next_verify_step():
     """On a machine that drafts the next pass behind each verify step, a DFlash step after one of
     its own pays only what the host waits for of its pass, and its verify step runs after the
