@@ -43,20 +43,26 @@ class Scripted(Proposer):
         return self.per_draft * k
 
 
-class Pass(Scripted):
-    """A drafter whose one pass drafts every k and costs a fifth of a plain step (DFlash on the
-    H200), with no measurement of itself."""
+class BlockLike(Scripted):
+    """A drafter whose one pass drafts the whole block (DFlash), whatever k: its pass first guessed
+    at `seed`, and taking `cost` when it runs."""
 
     drafts_in_one_pass = True
 
-    def __init__(self):
-        super().__init__(per_draft=0.0, name="pass")
+    def __init__(self, seed: float = 0.6, cost: float = 0.0, name: str = "block"):
+        super().__init__(per_draft=0.0, name=name)
+        self.seed, self.cost = seed, cost
 
     def drafting_seed(self, k, step_cost):
-        return 0.2 * PLAIN
+        return self.seed
 
     def proposing(self, k):
-        return 0.2 * PLAIN
+        return self.cost
+
+
+def fifth_of_a_step() -> BlockLike:
+    """A drafter's pass of a fifth of a plain step (DFlash on the H200), with no measurement of itself."""
+    return BlockLike(seed=0.2 * PLAIN, cost=0.2 * PLAIN, name="pass")
 
 
 def policy() -> AdaptivePolicy:
@@ -365,8 +371,8 @@ def test_a_pass_that_costs_a_fifth_of_a_step_is_not_weighed_on_hope():
     steps. (Weighed on hope, such a drafter drafted its first 7 steps of a reply, replayed.)"""
     p = policy()
     assert p.choose([Scripted(per_draft=0.0)], [0, 0], 15).hoped is not None
-    assert p.choose([Pass()], [0, 0], 15).hoped is None
-    choices = run(policy(), [Pass()], 12, lambda who, k: 0)
+    assert p.choose([fifth_of_a_step()], [0, 0], 15).hoped is None
+    choices = run(policy(), [fifth_of_a_step()], 12, lambda who, k: 0)
     first = next(i for i, c in enumerate(choices) if c.k == 0)
     assert first <= 3 and all(c.k == 0 for c in choices[first:] if not c.probe)
 
@@ -375,7 +381,7 @@ def test_the_first_credit_has_a_proposer_tried_and_is_dropped_once_it_drafts():
     """A proposer starts with a budget for one failed probe so it is tried at once; taken on its
     estimates instead, it drafts, and once its drafts miss no run of probes follows: it probes
     again when sitting out has earned one. (With the first budget kept, four probes in a row.)"""
-    choices = run(policy(), [Pass()], 60, lambda who, k: 0)
+    choices = run(policy(), [fifth_of_a_step()], 60, lambda who, k: 0)
     first = next(i for i, c in enumerate(choices) if c.k == 0)
     probed = [i for i, c in enumerate(choices) if c.probe]
     assert not choices[0].probe and choices[0].k > 0
@@ -426,20 +432,6 @@ def test_plain_steps_are_asked_for_at_once_up_to_the_next_probe_past_a_verify_st
         p.record(choice, Step(tokens=[1], drafts=[], accepted=0, kind="plain", k=0, proposer="off",
                               propose_s=0.0, verify_s=PLAIN, position=400 + i), [never])
     assert p.choose([never], [0] * (400 + choice.steps), 15).probe
-
-
-class BlockLike(Scripted):
-    """A drafter whose one pass drafts the whole block (DFlash): 0.25 plain steps whatever k,
-    first guessed at 0.6."""
-
-    drafts_in_one_pass = True
-
-    def __init__(self):
-        super().__init__(per_draft=0.0, name="block")
-
-    def drafting_seed(self, k, step_cost):
-        return 0.6
-
 
 
 def test_a_block_drafters_pass_measured_at_one_k_prices_every_k():
