@@ -46,8 +46,10 @@ class Cycling:
     def record(self, choice, step, proposers):
         pass
 
-    def drafts_ahead(self, proposer):
-        return True  # a member drafts ahead at every step of its own, the next always another's
+    def drafting_ahead(self, members, drafted):
+        # the drafter drafts ahead after every step, its own or another's (a witness), and the
+        # next step is always another's
+        return next((m for m in members if m.can_draft_ahead()), None)
 
 
 def flat_costs(model) -> CostTable:

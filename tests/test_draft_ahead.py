@@ -13,7 +13,6 @@ from itertools import pairwise
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from engine import (
     AUTO,
@@ -26,7 +25,7 @@ from engine import (
 )
 from engine.speculation.adaptive import AdaptivePolicy, Choice
 from engine.speculation.step_costs import CostTable
-from tests.dflash_target import BLOCK, DRAFT_LAYERS, PROMPT, VOCAB, make_target
+from tests.dflash_target import DRAFT_LAYERS, PROMPT, foreseeing, make_target
 from tests.scripted_policy import RUN, Scripted
 
 # replies long enough to draft, sit out runs of plain steps and draft again
@@ -46,27 +45,6 @@ def target():
 @pytest.fixture(scope="module")
 def checkpoint(target, tmp_path_factory):
     return write_random_drafter(tmp_path_factory.mktemp("random"), target, num_layers=DRAFT_LAYERS, std=0.3)
-
-
-def foreseeing(target, checkpoint, wrong_every: int = 7):
-    """A drafter whose pass runs but whose drafts are the plain reply's next tokens, wrong wherever
-    the position is a multiple of `wrong_every`: whole blocks kept, others refused part-way. Given
-    an anchor that is not the reply's token at its position, every draft is wrong."""
-    drafter = load_drafter(str(checkpoint), target)
-    full = PROMPT + generate(target, PROMPT, SamplingParams(max_tokens=80)).tokens
-    block = drafter.block
-
-    def foreseen(anchor):
-        block(anchor)
-        start = drafter.context_length  # the anchor's position
-        token = int(anchor.view(-1)[-1]) if isinstance(anchor, torch.Tensor) else anchor
-        miss = start < len(full) and token != full[start]
-        drafts = [((full[p] if p < len(full) else 0) + (p % wrong_every == 0) + miss) % VOCAB
-                  for p in range(start + 1, start + BLOCK)]
-        return F.one_hot(torch.tensor(drafts), VOCAB).float()
-
-    drafter.block = foreseen
-    return drafter
 
 
 def counting(proposer: DFlashProposer) -> list[int]:

@@ -17,6 +17,7 @@ over them: greedy replies are the target's whatever drafts it verified.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 import time
@@ -32,15 +33,25 @@ from engine.speculation.proposers.dflash.training.forward import target_states
 from specchat.bench.conversation import load_turns
 
 
-def kept_runs(drafter, states: torch.Tensor, ids: list[int], start: int, end: int | None = None) -> list[int]:
+def kept_runs(drafter, states: torch.Tensor, ids: list[int], start: int, end: int | None = None,
+              drafted: list[list[int]] | None = None, sure: list[list[float]] | None = None) -> list[int]:
     """For each position p from start - 1 to end - 2 (the last of ids by default): how many of the
-    drafter's drafts after ids[p] equal ids[p + 1:] (states: the target's for every token of ids)."""
+    drafter's drafts after ids[p] equal ids[p + 1:] (states: the target's for every token of ids);
+    the drafts themselves appended to `drafted` if given, and the drafter's probability of each
+    to `sure`."""
     drafter.clear()
     drafter.take_in(states[: start - 1])
     runs = []
     for p in range(start - 1, (end or len(ids)) - 1):
         new = [states[p - 1 : p]] if p >= start else []
-        drafts = drafter.draft(new, ids[p]).tolist()
+        if sure is None:
+            drafts = drafter.draft(new, ids[p]).tolist()
+        else:
+            probs, picked = torch.softmax(drafter.draft(new, ids[p], logits=True).float(), dim=-1).max(dim=-1)
+            drafts = picked.tolist()
+            sure.append([round(x, 3) for x in probs.tolist()])
+        if drafted is not None:
+            drafted.append(drafts)
         run = 0
         while run < len(drafts) and p + 1 + run < len(ids) and drafts[run] == ids[p + 1 + run]:
             run += 1
@@ -66,9 +77,9 @@ def main() -> None:
     stop = target.stop_ids()
     sampling = SamplingParams(max_tokens=args.max_new_tokens)
     history, traced = [], []
-    earlier = json.loads(Path(args.replies).read_text())["turns"] if args.replies else None
+    earlier = read_trace(args.replies)["turns"] if args.replies else None
     turns = load_turns(Path(args.conversation)) if args.conversation else load_turns()
-    for n, turn in enumerate(turns[: args.turns]):
+    for n, turn in enumerate((earlier or turns)[: args.turns]):
         t0 = time.perf_counter()
         if earlier is not None:
             ids, reply = earlier[n]["prompt"], earlier[n]["reply"]
@@ -83,8 +94,13 @@ def main() -> None:
         whole = ids + reply
         target.state_layers = drafter.state_layers
         states = target_states(target, whole)
-        runs = kept_runs(drafter, states, whole, len(ids))
-        traced.append({"prompt": ids, "reply": reply, "dflash": runs})
+        drafted: list[list[int]] = []
+        sure: list[list[float]] = []
+        runs = kept_runs(drafter, states, whole, len(ids), drafted=drafted, sure=sure)
+        # the drafts themselves and the drafter's probability of each, for what a policy may read
+        # of them (whether the n-gram proposer's copy agrees with the drafter: policy_trace.py)
+        traced.append({"prompt": ids, "reply": reply, "dflash": runs, "dflash_drafts": drafted,
+                       "dflash_sure": sure})
         if args.prompt_tail:
             first = max(2, len(ids) - args.prompt_tail)
             traced[-1]["prompt_dflash"] = kept_runs(drafter, states, whole, first, len(ids))
@@ -93,9 +109,14 @@ def main() -> None:
         print(f"turn {n + 1}: prompt {len(ids)} tokens, reply {len(reply)}, drafts kept a position "
               f"{sum(runs) / max(len(runs), 1):.2f} (k 15, from every position: {mean:.2f} tokens a step); "
               f"{t1 - t0:.0f} s to reply, {time.perf_counter() - t1:.0f} s to trace", file=sys.stderr)
-        with open(args.out, "w") as f:
+        with (gzip.open if args.out.endswith(".gz") else open)(args.out, "wt") as f:
             json.dump({"model": args.model, "drafter": args.drafter, "block": drafter.block_size, "known": drafter.measured,
                        "max_new_tokens": args.max_new_tokens, "turns": traced}, f)
+
+
+def read_trace(path: str) -> dict:
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        return json.load(f)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,15 @@ MS = 1e-3
 # its verify step 0.17 ms longer. The host's time between steps, beyond a fixed k's (twenty-first
 # run's bench rows, wall time less the steps' windows): k auto 0.06-0.07 ms a step, proposer auto
 # over two members 0.13; replayed so, the twentieth run's policy took the conversation to 1.014-1.050x
-# its best fixed setting where the GPU measured 1.037x.
+# its best fixed setting where the GPU measured 1.037x. Since 2026-12-05 the policy does more a
+# step (a witness's reading, the members it watches): 0.01 ms more of the host's (the CPU's
+# policy time a choice went from 29 to 39 us, bench/cpu/host_between_steps.py), and where it
+# reads a witness's drafts, 0.02 ms it cannot hide behind the pass (the read's wait, the choice
+# after it: both readings are weighed before it).
 MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.60}), decode=1.215 * MS,
-                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.07 * MS, host_member=0.06 * MS,
-                  block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS)
+                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.08 * MS, host_member=0.06 * MS,
+                  block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS,
+                  peek=0.02 * MS)
 
 
 def ngram_shape(prompt: list[int], reply: list[int], max_n: int | None = None) -> Shape:
@@ -47,7 +52,7 @@ def ngram_shape(prompt: list[int], reply: list[int], max_n: int | None = None) -
     (looking up suffixes of up to `max_n` tokens, default its own)."""
     proposer = NgramProposer(k=15) if max_n is None else NgramProposer(k=15, max_n=max_n)
     proposer.reset(prompt + reply[:1])
-    buckets, runs = [], []
+    buckets, runs, firsts = [], [], []
     for i in range(len(reply) - 1):
         context = prompt + reply[: i + 1]
         buckets.append(proposer.bucket(context))
@@ -56,14 +61,16 @@ def ngram_shape(prompt: list[int], reply: list[int], max_n: int | None = None) -
         while run < len(drafts) and i + 1 + run < len(reply) and drafts[run] == reply[i + 1 + run]:
             run += 1
         runs.append(run)
-    return Shape(buckets, runs)
+        firsts.append(drafts[0] if drafts else -1)
+    return Shape(buckets, runs, firsts)
 
 
 def flash_shape(turn: dict) -> Shape:
     """The drafter's view: it always drafts (bucket 1); runs[0] of the trace is its draft after the
     prompt, which the prefill's token makes moot."""
     runs = turn["dflash"][1:]
-    return Shape([1] * len(runs), runs)
+    drafted = turn.get("dflash_drafts")  # traces since 2026-12-05 keep the drafts themselves
+    return Shape([1] * len(runs), runs, None if drafted is None else [d[0] for d in drafted[1:]])
 
 
 def after_hit_or_miss(shapes: list[Shape], k: int = 15) -> tuple[float, float]:

@@ -54,8 +54,10 @@ class Switching:
     def record(self, choice, step, proposers):
         pass
 
-    def drafts_ahead(self, proposer):
-        return True  # every DFlash step drafts the next ahead, which the next step often drops
+    def drafting_ahead(self, members, drafted):
+        # the drafter drafts the next pass ahead after every step, its own or the n-gram's (a
+        # witness), which the next step often drops
+        return next((m for m in members if m.can_draft_ahead()), None)
 
 
 def reply(target, ids, sampling, stop, drafter, k):

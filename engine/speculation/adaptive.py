@@ -63,6 +63,20 @@ of a pass made for the step. One of several proposers (proposer auto's) drafts a
 that pays (`drafts_ahead`): where the share of its steps followed by another of its own (`again`)
 weighs what the pass saves the next step above its device time, spent for nothing otherwise.
 
+A drafter whose pass for the next step was drafted ahead is a witness for proposer auto's copy
+(the n-gram proposer): where the copy's first draft is the drafter's, the copy runs on (on the
+traced conversations, its first draft kept 94-96 % of the time against 18-27 % where they
+disagreed: bench/cpu/agreement.py). So the copy's acceptance is learnt per reading as well as per
+match length (AGREES, DISAGREES), the drafter's drafts read before choosing (the host waits for
+its pass there, having weighed the copy under both readings), and the drafter drafts ahead behind
+the copy's steps too while that pays (`drafting_ahead`): while what the reading was worth of late
+(`Estimates.insight`: the value lost, where the reading was not the usual one, had the step been
+chosen on the usual one) and the pass it saves where the drafter drafts next outweigh the device
+time of a pass spent on nothing else. And a member sitting a step out whose drafts are known
+anyway (the copy's lookup, a witness's pass: Proposer.peek) learns what they would have kept
+from the step's tokens (`watched`): its estimates follow the text without probes, and it is not
+probed.
+
 Where plain steps win and nothing but the budgets changes until one could pay for a probe (no
 proposer's bucket follows the text), the policy asks for that many plain steps at once, which the
 generation runs back to back with one host wait.
@@ -71,8 +85,9 @@ generation runs back to back with one host wait.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.acceptance import Acceptance
@@ -95,6 +110,14 @@ REPLY_CARRY = 0.5  # share of a proposer's evidence a new reply starts from
 OPTIMISM = 1.0  # standard errors each acceptance is raised by when choosing k of nearly free drafts
 AHEAD_SHARE = 0.25  # of a pass's seeded cost, what one made behind the verify step is first taken to cost
 AGAIN_START = 0.5  # share of its drafting steps followed by another of its own, first guessed
+# a text-following proposer's buckets where a witness's first draft agrees or disagrees with its
+# own (added to its match length, which still tells a copy that runs long from one that does not)
+AGREES, DISAGREES = 100, 200
+# of a pass made for its step (host launch and device), the device time one drafted ahead takes:
+# 0.17 of 0.25 ms on the H200 (twenty-first run)
+PASS_DEVICE_SHARE = 0.7
+INSIGHT_START = 1.0  # tokens a step a witness's reading is first taken to be worth
+INSIGHT_RETURN = 0.98  # what of its insight a witness that does not witness keeps a step (from INSIGHT_START)
 # plain steps asked for at once, at most: each time the policy chooses again after them the device
 # waits for the host (the read, the steps written out, the choice, the next launch). Asking for
 # at most 16, k auto where it drafted nothing was 0.02-0.05 ms a token slower than plain decoding
@@ -121,9 +144,14 @@ class Choice:
     displaced: float = 0.0  # a probe: the value of the step it was taken instead of
     steps: int = 1  # a plain step: how many to take before choosing again
     hoped: float | None = None  # nearly free drafts: the tokens they were weighed by (above `tokens`)
-    # its drafts were made behind the last verify step (Proposer.drafted_ahead); a plain step: a
-    # pass was, and runs before it for nothing
+    # its drafts were made behind the last verify step (Proposer.drafted_ahead)
     ahead: bool = False
+    # a pass drafted ahead runs on the device before this step: its own drafts' (`ahead`), or
+    # another member's, drafted for a step it does not draft or to witness this one's copy
+    after_pass: bool = False
+    # members sitting the step out whose drafts are known (AdaptivePolicy.watching): (member,
+    # bucket, drafts), learnt from once the step's tokens are
+    watched: list = field(default_factory=list)
 
     @property
     def value(self) -> float:
@@ -185,6 +213,12 @@ class Estimates:
         # with it again, moving as R does: what a pass drafted ahead is worth (drafts_ahead)
         self.again = AGAIN_START
         self.tried = False  # whether it has drafted a step yet
+        # as a witness (AdaptivePolicy.drafting_ahead): tokens a step its reading was worth, moving
+        # as R does, and the share of readings that agreed
+        self.insight = INSIGHT_START
+        self.agreeing = 0.5
+        # of another member's drafting steps, the share the next step drafted with it
+        self.joins = AGAIN_START
 
     def new_reply(self) -> None:
         """A new reply: what the last one showed counts for less (REPLY_CARRY)."""
@@ -223,6 +257,9 @@ class AdaptivePolicy:
         self.tokens = self.seconds = 0.0  # the reply's steps so far, faded by RATE_FADE
         self.met: set[int] = set()  # the proposers this reply has asked about
         self.last: Proposer | None = None  # the proposer the last step drafted with
+        # a drafter drafts ahead to witness a copy (drafting_ahead); SPECCHAT_WITNESS=0: only
+        # for a step of its own
+        self.witnessing = os.environ.get("SPECCHAT_WITNESS", "1") != "0"
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if id(proposer) not in self.met:  # the first time this reply asks about it
@@ -250,37 +287,41 @@ class AdaptivePolicy:
         # the last steps of a reply: the time they save writes no more of it, so a step is
         # weighed against plain steps only
         worth = self.worth(plain) if limit >= MAX_K else 1.0 / plain
-        best = Choice(None, 0, 1.0, plain, plain, worth=worth)
+        best = plain_step = Choice(None, 0, 1.0, plain, plain, worth=worth)
         options = []
+        # a member whose pass for this step ran behind the last verify step: its drafts are made
+        # (and another member's copy is read against them), and its device time comes before
+        # whatever this step runs
+        witness = next((p for p in proposers if p.drafted_ahead(context)), None)
+        read = None  # (the option of a copy read against the witness, the one had the reading gone the other way)
         for proposer in proposers:
             bucket = proposer.bucket(context)
             if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
                 continue
-            est = self.estimates(proposer)
-            acceptance = est.acceptance(bucket)
-            # drafts that cost nearly nothing to make are weighed by what they might keep: a draft
-            # never made never shows it would have been kept, and deeper ones cost only a little
-            # more verify time (the expected tokens shown and recorded stay the estimate's). Not
-            # those of a proposer that carries a measurement of every position (a DFlash drafter
-            # trained here): raised where this reply had not reached, its deep drafts, seldom
-            # kept, took k 8-15 for the tokens of k 3 (H200, sixteenth run: 0.89-0.94x its best k)
-            free = est.known is None and est.drafting(MAX_K) <= NEARLY_FREE * verify[1]
-            curve = acceptance.tokens(OPTIMISM if free else 0.0)
-            option = self.option(proposer, curve, limit, worth, acceptance.explored,
-                                 proposer.drafted_ahead(context))
-            if free:
-                option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
-            behind = proposer.behind(context)
-            self.place(option, bucket, behind, prompt=behind >= len(context) - 1,
-                       recompute=proposer.missing(context) > 0)
+            if witness is not None and proposer is not witness and proposer.bucket_follows_text:
+                # both readings weighed before the witness's drafts are read: the host waits for
+                # its pass there, and the device waits for the host's next launch after it
+                agreeing = self.weigh(proposer, bucket + AGREES, context, limit, worth, witness)
+                disagreeing = self.weigh(proposer, bucket + DISAGREES, context, limit, worth, witness)
+                if self.agreement(proposer, witness, context) == AGREES:
+                    read = agreeing, disagreeing
+                else:
+                    read = disagreeing, agreeing
+                option = read[0]
+            else:
+                option = self.weigh(proposer, bucket, context, limit, worth, witness)
             options.append(option)
             if option.value > best.value:
                 best = option
+        if read is not None:
+            self.learn_insight(witness, *read, [plain_step, *options], best)
         # a proposer sitting this step out may be probed instead, if its budget covers what the
         # step would lose against the best should none of its drafts be kept
         probe = None
+        watched = self.watching(options, best, context)
         for option in options:
-            if option is best or option.proposer.estimates.credit < self.worst_loss(option, best):
+            if option is best or option.proposer.estimates.credit < self.worst_loss(option, best) or any(
+                    option.proposer is w[0] for w in watched):  # watched: its estimates follow the text
                 continue
             asked = self.probe(option, limit)
             if option.proposer.estimates.credit >= self.worst_loss(asked, best) and (
@@ -288,23 +329,86 @@ class AdaptivePolicy:
                 probe = asked
         if probe is not None:
             probe.displaced = best.value
+            probe.watched = self.watching(options, probe, context)
             return probe
         if best.proposer is None:
             best.steps = self.plain_run(proposers, options, best, limit)
-            best.ahead = any(option.ahead for option in options)  # that pass runs for nothing
+            best.after_pass = witness is not None  # a plain step: that pass runs for nothing
+        if best.steps == 1:
+            best.watched = watched
         return best
 
+    @staticmethod
+    def watching(options: list[Choice], chosen: Choice, context: list[int]) -> list[tuple[Proposer, int, list[int]]]:
+        """The members sitting this step out whose drafts are known anyway (Proposer.peek), with
+        their buckets: the step's tokens tell what of them would have been kept (`record`)."""
+        watched = []
+        for option in options:
+            if option.proposer is not chosen.proposer or not chosen.k:
+                drafts = option.proposer.peek(context)
+                if drafts:
+                    watched.append((option.proposer, option.bucket, drafts))
+        return watched
+
+    def weigh(self, proposer: Proposer, bucket: int, context: list[int], limit: int, worth: float,
+              witness: Proposer | None) -> Choice:
+        """The option of most value for `proposer` from its estimates for `bucket`."""
+        est = self.estimates(proposer)
+        acceptance = est.acceptance(bucket)
+        # drafts that cost nearly nothing to make are weighed by what they might keep: a draft
+        # never made never shows it would have been kept, and deeper ones cost only a little
+        # more verify time (the expected tokens shown and recorded stay the estimate's). Not
+        # those of a proposer that carries a measurement of every position (a DFlash drafter
+        # trained here): raised where this reply had not reached, its deep drafts, seldom
+        # kept, took k 8-15 for the tokens of k 3 (H200, sixteenth run: 0.89-0.94x its best k)
+        free = est.known is None and est.drafting(MAX_K) <= NEARLY_FREE * self.verify(1)
+        curve = acceptance.tokens(OPTIMISM if free else 0.0)
+        option = self.option(proposer, curve, limit, worth, acceptance.explored,
+                             proposer is witness, witness is not None)
+        if free:
+            option.hoped, option.tokens = option.tokens, acceptance.tokens()[option.k]
+        behind = proposer.behind(context)
+        self.place(option, bucket, behind, prompt=behind >= len(context) - 1,
+                   recompute=proposer.missing(context) > 0)
+        return option
+
+    @staticmethod
+    def learn_insight(witness: Proposer, read: Choice, blind: Choice, options: list[Choice], best: Choice) -> None:
+        """What reading the copy against the witness was worth to this step (Estimates.insight):
+        where the reading is the usual one, nothing (the choice is the one made without it);
+        where it is not, the value lost had the step been chosen on the usual reading (`blind`:
+        the copy's option for that reading)."""
+        est = witness.estimates
+        agreed = read.bucket < DISAGREES
+        usual = est.agreeing >= 0.5
+        est.agreeing = RATE_FADE * est.agreeing + (1.0 - RATE_FADE) * agreed
+        lost = 0.0
+        if agreed != usual:
+            taken = max([blind, *(o for o in options if o is not read)], key=lambda o: o.value)
+            lost = best.value - (read.value if taken is blind else taken.value)
+        est.insight = RATE_FADE * est.insight + (1.0 - RATE_FADE) * lost
+
+    @staticmethod
+    def agreement(follower: Proposer, witness: Proposer, context: list[int]) -> int:
+        """AGREES or DISAGREES: whether the first draft of the follower's copy is the witness's.
+        Where a trained drafter's first draft is the copy's, the copy ran on: the n-gram
+        proposer's first draft was kept 96 % of the time where they agreed and 23 % where they
+        did not, against 76 % overall (bench/cpu/agreement.py: the bench's conversation, traced)."""
+        mine = follower.first_draft(context)
+        return AGREES if mine is not None and mine == witness.first_draft(context) else DISAGREES
+
     def option(self, proposer: Proposer, curve: list[float], limit: int, worth: float,
-               explored: int = MAX_K, ahead: bool = False) -> Choice:
+               explored: int = MAX_K, ahead: bool = False, after_pass: bool = False) -> Choice:
         """The k of most value for `proposer` from the expected-tokens curve `curve`. Past the
         `explored` positions the curve is the shallower positions' word only: a proposer whose
         drafts cost time goes at most twice as deep as it has seen (a few lucky drafts are not
         worth 15 drafts' time), one whose drafts are nearly free as deep as the curve says.
-        `ahead`: its drafts were made behind the last verify step, their pass mostly paid."""
+        `ahead`: its drafts were made behind the last verify step, their pass mostly paid;
+        `after_pass`: a pass (its own or another's) runs on the device before its verify step."""
         top = min(limit, proposer.max_k)
         fixed = min(proposer.k, top) if proposer.k != AUTO else 0
         drafting = proposer.estimates.drafting_costs(ahead)
-        verify = proposer.estimates.verify_costs(ahead).upto(MAX_K + 1)
+        verify = proposer.estimates.verify_costs(ahead or after_pass).upto(MAX_K + 1)
         deep = 2 * explored + 1
         if top > deep:
             bound, k = drafting[deep] + EXPLORE * self.verify(1), deep
@@ -313,7 +417,8 @@ class AdaptivePolicy:
             top = k
         ks = range(fixed, fixed + 1) if fixed else range(1, top + 1)
         k, tokens, seconds = best_k(curve, drafting, verify, ks, worth)
-        return Choice(proposer, k, tokens, seconds, self.verify(1), worth=worth, ahead=ahead)
+        return Choice(proposer, k, tokens, seconds, self.verify(1), worth=worth, ahead=ahead,
+                      after_pass=ahead or after_pass)
 
     def place(self, option: Choice, bucket: int, behind: int, prompt: bool, recompute: bool = False) -> None:
         """Set the option's bucket and how far behind its proposer is, and add the catch-up. A
@@ -328,7 +433,8 @@ class AdaptivePolicy:
         """A probe of option's proposer. It asks whether the text has turned its way, so it
         drafts as a proposer nothing is known of would (its own estimates, having kept it out,
         would ask with too few drafts); its expected tokens are still its estimates'."""
-        asked = self.option(option.proposer, PRIOR_CURVE, limit, option.worth, ahead=option.ahead)
+        asked = self.option(option.proposer, PRIOR_CURVE, limit, option.worth, ahead=option.ahead,
+                            after_pass=option.after_pass)
         asked.tokens = option.proposer.estimates.acceptance(option.bucket).tokens()[asked.k]
         self.place(asked, option.bucket, option.behind, option.prompt, option.recompute)
         asked.probe = True
@@ -339,7 +445,7 @@ class AdaptivePolicy:
         """Seconds at R that taking `option` instead of `best` loses should none of its drafts
         be kept; no less than with a single draft, its cheapest."""
         est = option.proposer.estimates
-        least = option.catch_up + est.drafting_costs(option.ahead)[1] + est.verify_costs(option.ahead)(2)
+        least = option.catch_up + est.drafting_costs(option.ahead)[1] + est.verify_costs(option.after_pass)(2)
         return (best.value - 1.0) / option.worth + min(option.seconds, least)
 
     def plain_run(self, proposers: list[Proposer], options: list[Choice], plain: Choice, limit: int) -> int:
@@ -362,6 +468,46 @@ class AdaptivePolicy:
         # the generation ends a run at the reply's budget and the cache's room itself
         return steps if limit >= MAX_K else min(steps, limit + 1)
 
+    def drafting_ahead(self, members: list[Proposer], drafted: Proposer | None) -> Proposer | None:
+        """The member of several (proposer auto's) that drafts the next step's pass behind this
+        step's verify step (Proposer.draft_ahead), if any; `drafted`: the member this step drafts
+        with (None: a plain step). The drafter of this step, where it is expected to draft the
+        next one too (`drafts_ahead`); else a drafter that witnesses a member whose copy follows
+        the text (`agreement`): its drafts, made on the device while the host reads the step,
+        tell whether the copy goes on."""
+        if drafted is not None and drafted.can_draft_ahead() and self.drafts_ahead(drafted):
+            return drafted
+        if drafted is None or not self.witnessing:
+            return None  # a plain step: no drafts to witness
+        for witness in members:
+            if witness.estimates is not None and witness.can_draft_ahead() and any(
+                    m is not witness and m.bucket_follows_text for m in members):
+                return witness if self.witness_pays(witness) else None
+        return None
+
+    def witness_pays(self, witness: Proposer) -> bool:
+        """Whether what its reading was worth of late (`insight`, tokens), and the pass the next
+        step takes where it drafts with the witness (`joins`: the share of another member's
+        steps followed by one of its own), are worth more than the device time the pass costs
+        where it does not, at R. One that does not witness meanwhile is given the benefit of the
+        doubt back by degrees (INSIGHT_RETURN), as the text may have turned since."""
+        est = witness.estimates
+        saved = est.drafting(1) - est.ahead(1)  # should the next step draft with it
+        device = self.pass_device(witness)  # should it not
+        if est.insight + self.worth(self.verify(1)) * (est.joins * saved - (1.0 - est.joins) * device) > 0:
+            return True
+        est.insight += (1.0 - INSIGHT_RETURN) * (INSIGHT_START - est.insight)
+        return False
+
+    @staticmethod
+    def pass_device(witness: Proposer) -> float:
+        """Seconds of device time a pass drafted ahead adds to the step after it: what the steps
+        after one took more than the others, the witness's own or a follower's, learnt; at
+        least PASS_DEVICE_SHARE of a pass made for its step (which a follower's steps, always
+        witnessed, would never learn)."""
+        est = witness.estimates
+        return max(est.verify_ahead(1) - est.verify(1), PASS_DEVICE_SHARE * est.drafting(1))
+
     def drafts_ahead(self, proposer: Proposer) -> bool:
         """Whether one of several proposers (proposer auto's) that just drafted should draft the
         next step's pass behind this verify step: it saves the next step what of a pass the host
@@ -382,8 +528,12 @@ class AdaptivePolicy:
         if self.last is not None:
             est = self.last.estimates
             est.again = RATE_FADE * est.again + (1.0 - RATE_FADE) * (drafted is self.last)
+            for proposer in proposers:
+                if proposer is not self.last and proposer.estimates is not None:
+                    other = proposer.estimates
+                    other.joins = RATE_FADE * other.joins + (1.0 - RATE_FADE) * (drafted is proposer)
         self.last = drafted
-        if choice.proposer is None and not choice.ahead:
+        if choice.proposer is None and not choice.after_pass:
             # a plain step's cost; not one after a pass drafted ahead for nothing, whose time is in it
             self.verify.add(len(step.drafts) + 1, step.verify_s)
         seconds = step.propose_s + step.verify_s
@@ -394,6 +544,14 @@ class AdaptivePolicy:
             if proposer is not choice.proposer and proposer.estimates is not None:
                 est = proposer.estimates
                 est.credit = min(est.credit + PROBE_SHARE * seconds, cap)
+        for proposer, bucket, drafts in choice.watched:
+            # what it would have kept: its drafts against the step's tokens, as far as they go
+            n = min(len(drafts), len(step.tokens))
+            kept = 0
+            while kept < n and drafts[kept] == step.tokens[kept]:
+                kept += 1
+            proposer.estimates.acceptance(bucket).record(min(kept + 1, n), kept)
+        choice.watched = []  # a plain run's further steps start elsewhere
         if choice.proposer is None:
             return
         est = self.estimates(choice.proposer)
@@ -401,7 +559,7 @@ class AdaptivePolicy:
             # taken on its estimates: FIRST_CREDIT, there to have it tried, has done its work
             est.credit = min(est.credit, 0.0)
         est.tried = True
-        est.verify_costs(choice.ahead).add(len(step.drafts) + 1, step.verify_s)
+        est.verify_costs(choice.after_pass).add(len(step.drafts) + 1, step.verify_s)
         drafting = est.drafting(choice.k)
         if choice.ahead:  # the pass ran behind the last verify step: what of it was not hidden
             est.ahead.add(choice.k, step.propose_s)

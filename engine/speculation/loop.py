@@ -15,6 +15,8 @@ each step, and the plain steps it asks for at once run to their end before it ch
 A proposer that can (a DFlash drafter; SPECCHAT_DRAFT_AHEAD=0 turns it off) makes the next step's
 drafts behind the verify step, before the host reads it (Proposer.draft_ahead): the step's
 tokens come back through a pinned buffer the host waits for alone, while the device drafts on.
+Under proposer auto it may do so behind another member's step too, as a witness of that
+member's copy (AdaptivePolicy.drafting_ahead): that step's drafts then go to the device first.
 """
 
 from __future__ import annotations
@@ -292,6 +294,14 @@ class Generation:
         proposal = proposer.propose(context, k) if k > 0 else Proposal([])
         t1 = time.perf_counter()
         on_device = proposal.drafts_on(model.device)
+        device_drafts = on_device is not None
+        # the member whose pass for the next step is queued behind this verify step, if any (the
+        # count of drafts left on the device read from their shape: reading them waits for them)
+        drafted = min(k, on_device.shape[0] if device_drafts else len(proposal.drafts))
+        ahead = None if inspect or not drafted else self._ahead_member(proposer, drafted)
+        if ahead is not None and on_device is None:
+            # a witness reads this step's drafts where the pass runs: copied there
+            on_device = torch.tensor(proposal.drafts[:k], dtype=torch.long, device=model.device)
         if on_device is not None:
             # the drafts go from the drafter's output to the verify step's input on the device,
             # and come back to the host with the verified tokens: one wait, one copy, for the step
@@ -303,13 +313,15 @@ class Generation:
             n, proposed = on_device.shape[0], every.shape[0]
             found = self._targets(out, n, proposal, on_device, len(context))
             then = None
-            if not inspect and self._drafts_ahead(proposer, out, n):
+            if ahead is not None and out.states is not None:
                 def then():
-                    proposer.draft_ahead(on_device, found, out.states)
+                    ahead.draft_ahead(on_device, found, out.states)
             read = self._read(torch.cat((every, found)), then)
-            proposal.read_back(read[:proposed])
+            if device_drafts:
+                proposal.read_back(read[:proposed])
             drafts, targets = read[:n], read[proposed:]
-            if start is not None:  # the host did not wait for the drafter: the device says how long it took
+            if start is not None and device_drafts:
+                # the host did not wait for the drafter: the device says how long it took
                 t1 = t0 + start.elapsed_time(drafted) / 1e3
         else:
             drafts = proposal.drafts[:k]
@@ -333,24 +345,23 @@ class Generation:
         states = None if out.states is None else [out.states[: accepted + 1]]
         return [step], states
 
-    def _drafts_ahead(self, proposer: Proposer, out, drafts: int) -> bool:
-        """Whether the next step's drafts are made behind this verify step, before the host reads
-        it (Proposer.draft_ahead): a proposer that can, on a step that leaves the reply room for
-        another and that the inspector does not read; one of proposer "auto"'s members where the
-        policy expects it to draft the next step too (AdaptivePolicy.drafts_ahead). A pass
-        drafted ahead saves the next step some 0.06 ms of the pass made after the read and costs
-        its 0.17 ms of device time for nothing where the next step takes another option (H200,
-        twenty-first run), which proposer "auto", switching between its members, does often:
-        drafting ahead after each of a member's steps was 1-2 % slower (replayed), after those
-        the policy expects to be followed by another 0-3 % faster. With k "auto" the policy may
-        take a plain step instead; where it drafts again, it knows the pass mostly paid
-        (AdaptivePolicy: `ahead`)."""
+    def _ahead_member(self, proposer: Proposer, drafts: int) -> Proposer | None:
+        """The member that drafts the next step's pass behind this verify step, before the host
+        reads it (Proposer.draft_ahead), if any: on a step of `drafts` drafts that leaves the
+        reply room for another and that the inspector does not read, the proposer alone where
+        it can; of proposer "auto"'s members, the one the policy names
+        (AdaptivePolicy.drafting_ahead): the step's own drafter where it expects it to draft the
+        next step too, or a drafter witnessing a copy. A pass drafted ahead saves the next step
+        some 0.06 ms of the pass made after the read and costs its 0.17 ms of device time for
+        nothing where the next step takes another option (H200, twenty-first run). With k "auto"
+        the policy may take a plain step instead; where it drafts again, it knows the pass mostly
+        paid (AdaptivePolicy: `ahead`)."""
+        if not self.draft_ahead or drafts == 0 or self.sampling.max_tokens - len(self.tokens) <= drafts + 2:
+            return None
         members = self._active.members
-        alone = len(members) == 1 and members[0] is proposer
-        return (self.draft_ahead and drafts > 0 and out.states is not None
-                and (alone or self.policy is not None and self.policy.drafts_ahead(proposer))
-                and proposer.can_draft_ahead()
-                and self.sampling.max_tokens - len(self.tokens) > drafts + 2)
+        if len(members) == 1:
+            return proposer if proposer.can_draft_ahead() else None
+        return self.policy.drafting_ahead(members, proposer) if self.policy is not None else None
 
     def _read(self, values: torch.Tensor, then=None) -> list[int]:
         """values [n] on the host, with `then` queued on the device behind their copy: on a GPU

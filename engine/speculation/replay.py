@@ -67,6 +67,9 @@ class Machine:
     # time it adds to the verify step queued behind it
     block_ahead: float | None = None
     block_device: float = 0.0
+    # the host's wait for a witness's first draft (the pass drafted ahead, read before choosing:
+    # AdaptivePolicy.agreement), and what of the choice it can then no longer hide behind the pass
+    peek: float = 0.0
     noise: float = 0.02  # relative spread of every step's time
     stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
     stall: float = 0.0  # seconds a stall adds to its step
@@ -79,6 +82,7 @@ class Shape:
 
     buckets: list[int]
     runs: list[int]
+    firsts: list[int] | None = None  # its first draft at every position (-1: none), where traced
 
 
 def agreeing(length: int, stay: float, enter: float, rng: random.Random) -> Shape:
@@ -161,6 +165,27 @@ class Replayed(Proposer):
     def drafted_ahead(self, context: list[int]) -> bool:
         return len(context) == self.ahead_at
 
+    def can_draft_ahead(self) -> bool:
+        return self.model is FLASH
+
+    def peek(self, context: list[int]) -> list[int] | None:
+        """Drafts that keep as many of the replay's tokens (all 1) as the text says."""
+        position = self.at(context)
+        if self.shape.firsts is None or position >= len(self.shape.runs) or not self.bucket(context) or (
+                self.model is FLASH and not self.drafted_ahead(context)) or self.model not in (None, FLASH):
+            return None
+        run = min(self.shape.runs[position], MAX_K)
+        return ([1] * run + [0] * MAX_K)[:MAX_K]
+
+    def first_draft(self, context: list[int]) -> int | None:
+        position = self.at(context)
+        if self.shape.firsts is None or position >= len(self.shape.firsts):
+            return None
+        if self.model is FLASH and not self.drafted_ahead(context) or not self.bucket(context):
+            return None
+        first = self.shape.firsts[position]
+        return None if first < 0 else first
+
     def at(self, context: list[int]) -> int:
         return len(context) - PROMPT
 
@@ -195,8 +220,6 @@ class Replayed(Proposer):
         if self.model is FLASH:
             behind, ahead = self.behind(context), self.drafted_ahead(context)
             self.seen = len(context) - 1
-            # the next step's pass runs behind this one's verify step, on the machines that can
-            self.ahead_at = len(context) + accepted + 1 if machine.block_ahead is not None else -1
             if ahead:
                 return machine.block_ahead
             return machine.block_pass + (machine.block_catch_up if behind else 0.0)
@@ -262,19 +285,26 @@ def replay(
         else:
             steps = [run_step(machine, choice, context, rng)]
         steps[0].verify_s += machine.block_device * len(ahead)
-        # spent, or made for nothing; none is drafted by proposer auto's members unless the policy
-        # expects the member to draft again, nor behind a step that leaves the reply no room for
-        # another (Generation._drafts_ahead)
+        # the member that drafts the next step's pass behind this verify step: the drafter of
+        # this one, alone; of proposer auto's, the one the policy names; none behind a step that
+        # leaves the reply no room for another (Generation._ahead_member)
         room = length - (len(context) - PROMPT) > len(steps[0].drafts) + 2
-        for m in members:
-            if m in ahead and (m is not choice.proposer or not choice.k) or not room or (
-                    len(members) > 1 and not policy.drafts_ahead(m)):
-                m.ahead_at = -1
+        drafted = choice.proposer if choice.k and len(steps) == 1 else None
+        if len(members) > 1:
+            next_ahead = policy.drafting_ahead(members, drafted)
+        else:
+            next_ahead = drafted if drafted is not None and drafted.can_draft_ahead() else None
+        if not room or machine.block_ahead is None:
+            next_ahead = None
+        if next_ahead is not None and next_ahead is not choice.proposer and next_ahead.seen < len(context) - 1:
+            steps[0].verify_s += machine.block_catch_up  # a witness takes in what it sat out first
         if auto:
-            # the policy chooses while the device runs a pass drafted ahead, if one is queued
+            # the policy chooses while the device runs a pass drafted ahead, if one is queued;
+            # where it reads that pass's drafts (a witness), it waits for the pass first
             hidden = machine.block_device if ahead else 0.0
             host = machine.host + machine.host_member * (len(members) - 1)
-            seconds += max(0.0, host - hidden)
+            peeked = ahead and any(m.bucket_follows_text and m.bucket(context) for m in members)
+            seconds += max(0.0, host - hidden) + (machine.peek if peeked else 0.0)
         for step in steps:
             if auto:
                 policy.record(choice, step, members)
@@ -282,6 +312,10 @@ def replay(
             metrics.add(step)
             seconds += step.propose_s + step.verify_s
             context.extend(step.tokens)
+        for m in members:
+            m.ahead_at = len(context) if m is next_ahead else -1
+            if m is next_ahead and m.model is FLASH:
+                m.seen = len(context) - 1
     return Replay(metrics, seconds, choices)
 
 

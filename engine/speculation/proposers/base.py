@@ -146,6 +146,19 @@ class Proposer:
         host's observe then settles what it found, and the next propose returns it."""
         raise NotImplementedError
 
+    def peek(self, context: list[int]) -> list[int] | None:
+        """The drafts (up to max_k) a proposal from `context` would make, where they are known for
+        next to nothing (an n-gram lookup, a pass drafted ahead); None otherwise. Deterministic
+        drafts only: proposer auto learns from them what a member sitting the step out would have
+        kept (AdaptivePolicy: `watched`)."""
+        return None
+
+    def first_draft(self, context: list[int]) -> int | None:
+        """The first of `peek`'s drafts: proposer auto reads whether a copy agrees with a
+        drafter's (AdaptivePolicy.agreement)."""
+        drafts = self.peek(context)
+        return drafts[0] if drafts else None
+
     def prime(self, context: list[int]) -> None:
         """Read the context ahead of the first step (the bench does this off the clock)."""
         self.propose(context, 1)

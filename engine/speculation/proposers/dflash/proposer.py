@@ -102,6 +102,7 @@ class DFlashProposer(Proposer):
         # a pass drafted ahead (draft_ahead): the context's length its drafts follow (None until
         # observe has read the step and settled the drafter's context), and the drafts
         self.ahead: tuple[int | None, torch.Tensor] | None = None
+        self.peeked: tuple[tuple, list[int]] | None = None  # those drafts read (peek), and which
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -147,6 +148,14 @@ class DFlashProposer(Proposer):
     def drafted_ahead(self, context: list[int]) -> bool:
         return self.ahead is not None and self.ahead[0] == len(context) and not self.pending
 
+    def peek(self, context: list[int]) -> list[int] | None:
+        # read from the device once: the host waits for the pass drafted ahead here
+        if not self.drafted_ahead(context):
+            return None
+        if self.peeked is None or self.peeked[0] is not self.ahead:
+            self.peeked = (self.ahead, self.ahead[1].tolist())
+        return self.peeked[1]
+
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's pass behind the verify step just queued, before the host reads
         it: drafts [k] as verified, the model's tokens targets [k + 1] and the step's states
@@ -154,6 +163,9 @@ class DFlashProposer(Proposer):
         are found there; the host's own reading of the step (observe) then settles the context,
         and the next proposal is these drafts. So the device runs the pass while the host reads
         the step and writes it out, instead of waiting for the host to launch it."""
+        if self.pending:  # a witness that sat steps out (proposer auto): what it missed goes in first
+            self.held, self.fresh = self.held + self.fresh, []
+            self.take_in_held()
         k = drafts.shape[0]
         accepted = (drafts == targets[:k]).int().cumprod(0).sum().view(1)
         anchor = targets.gather(0, accepted)

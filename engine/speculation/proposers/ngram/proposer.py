@@ -65,6 +65,13 @@ class NgramProposer(Proposer):
         # a 3-token match is followed by what followed it far more often than a 1-token one
         return self.match(context)[0]
 
+    def peek(self, context: list[int]) -> list[int] | None:
+        return self.propose(context, self.max_k).drafts or None
+
+    def first_draft(self, context: list[int]) -> int | None:
+        _, start = self.match(context)
+        return None if start is None else context[start]
+
     def propose(self, context: list[int], k: int) -> Proposal:
         _, start = self.match(context)
         if start is None:

@@ -1,0 +1,240 @@
+"""A drafter witnessing a copy (proposer auto): its pass for the next step, drafted behind any
+member's verify step, tells whether the n-gram proposer's copy agrees with it, and what each
+member sitting a step out would have kept.
+
+Where the copy's first draft is the drafter's, the copy runs on; where it is not, it seldom does
+(bench/cpu/agreement.py). So the copy's acceptance is learnt apart for the two readings, the
+drafter drafts ahead behind the copy's steps while that reading pays for its device time, and a
+member whose drafts are known without drafting (the copy's lookup, a pass drafted ahead) learns
+from every step and needs no probes.
+"""
+
+import pytest
+import torch
+
+from engine import (
+    AUTO,
+    AutoProposer,
+    DFlashProposer,
+    Generation,
+    NgramProposer,
+    SamplingParams,
+    generate,
+    load_drafter,
+    write_random_drafter,
+)
+from engine.limits import MAX_K
+from engine.speculation.adaptive import AGREES, DISAGREES, INSIGHT_START, AdaptivePolicy, Choice
+from engine.speculation.loop import Step
+from engine.speculation.replay import FLASH, Replayed, Shape
+from engine.speculation.replay import PROMPT as REPLAY_PROMPT
+from engine.speculation.step_costs import CostTable
+from tests.dflash_target import DRAFT_LAYERS, PROMPT, foreseeing, make_target
+
+LENGTH = 64
+
+
+def verify_cost(n: int) -> float:
+    return 1e-3 * (1.0 + 0.02 * (n - 1))
+
+
+def policy() -> AdaptivePolicy:
+    table = CostTable(verify_cost)
+    return AdaptivePolicy(model=None, step_cost=lambda model: table)
+
+
+def members(ngram_first: int, flash_first: int, ngram_run: int = 15, flash_run: int = 2):
+    """An n-gram proposer with a 3-token match and a drafter whose pass for this step was drafted
+    ahead, each with its first draft and the drafts it would keep at every position."""
+    ngram = Replayed("n-gram", Shape([3] * LENGTH, [ngram_run] * LENGTH, [ngram_first] * LENGTH))
+    flash = Replayed("dflash", Shape([1] * LENGTH, [flash_run] * LENGTH, [flash_first] * LENGTH), model=FLASH)
+    flash.ahead_at = REPLAY_PROMPT + 1
+    return ngram, flash
+
+
+def context() -> list[int]:
+    return [0] * (REPLAY_PROMPT + 1)
+
+
+def step(tokens: int, drafts: int = 0) -> Step:
+    return Step(tokens=[1] * tokens, drafts=[1] * drafts, accepted=tokens - 1, kind="plain", k=drafts,
+                proposer="x", propose_s=0.0, verify_s=verify_cost(drafts + 1), position=0)
+
+
+@pytest.mark.parametrize("agrees", [True, False])
+def test_the_copy_is_weighed_on_its_estimates_for_whether_the_drafter_agrees(agrees):
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=7 if agrees else 8)
+    for _ in range(3):
+        p.choose([ngram, flash], context(), MAX_K)
+    for _ in range(30):  # where they agree, the copy runs fifteen deep; where not, never
+        ngram.estimates.acceptance(3 + AGREES).record(15, 15)
+        ngram.estimates.acceptance(3 + DISAGREES).record(15, 0)
+    choice = p.choose([ngram, flash], context(), MAX_K)
+    assert choice.proposer is (ngram if agrees else flash)
+    assert choice.after_pass, "the drafter's pass runs before the step, whichever member drafts"
+    if agrees:
+        assert choice.bucket == 3 + AGREES and choice.k == MAX_K
+
+
+def test_without_a_pass_drafted_ahead_the_copy_is_weighed_on_its_match_alone():
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=7)
+    flash.ahead_at = -1
+    choice = p.choose([ngram, flash], context(), MAX_K)
+    assert choice.proposer is not ngram or choice.bucket == 3
+    assert set(ngram.estimates.buckets) == {3}
+
+
+def test_a_member_sitting_a_step_out_learns_what_its_known_drafts_would_have_kept():
+    """The copy sits out a step of the drafter's that keeps 2 drafts: its own drafts, known from
+    its lookup, would have kept 3 of the step's tokens (all of them), so its estimates for that
+    reading count 3 kept; a plain step tells of its first draft."""
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=8, ngram_run=5)
+    choice = Choice(flash, 2, plain_seconds=1e-3, ahead=True, after_pass=True)
+    choice.watched = p.watching([p.choose([ngram, flash], context(), MAX_K)], choice, context())
+    assert [(w[0], w[1]) for w in choice.watched] == [(ngram, 3 + DISAGREES)]
+    before = list(ngram.estimates.acceptance(3 + DISAGREES).kept)
+    p.record(choice, step(tokens=3, drafts=2), [ngram, flash])
+    after = ngram.estimates.acceptance(3 + DISAGREES).kept
+    assert [a - 0.92 * b for a, b in zip(after[:4], before[:4])] == pytest.approx([1, 1, 1, 0])
+    assert choice.watched == [], "learnt from once"
+
+
+def test_a_watched_member_is_not_probed():
+    """The copy's lookup shows every step what it would have kept: it is never probed, however
+    long it sits out; a drafter with nothing drafted ahead is."""
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=8, ngram_run=0, flash_run=4)
+    flash.ahead_at = -1
+    probed = set()
+    for i in range(200):
+        here = [0] * (REPLAY_PROMPT + 1 + i % 8)
+        choice = p.choose([ngram, flash], here, MAX_K)
+        if choice.probe:
+            probed.add(choice.proposer.name)
+        kept = min(choice.k, 4) if choice.proposer is flash else 0
+        p.record(choice, step(tokens=kept + 1, drafts=choice.k), [ngram, flash])
+    assert "n-gram" not in probed
+
+
+def test_the_drafter_witnesses_while_its_reading_pays_and_comes_back_to_it_by_degrees():
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=7)
+    p.choose([ngram, flash], context(), MAX_K)
+    est = flash.estimates
+    est.joins = 0.0  # the copy's steps are never followed by one of the drafter's
+    est.insight = 2.0
+    assert p.drafting_ahead([ngram, flash], ngram) is flash
+    est.insight = 0.0  # its reading changed nothing of late
+    assert p.drafting_ahead([ngram, flash], ngram) is None
+    for _ in range(200):
+        if p.drafting_ahead([ngram, flash], ngram) is flash:
+            break
+    assert 0.0 < est.insight <= INSIGHT_START, "given the benefit of the doubt back, by degrees"
+    assert p.drafting_ahead([ngram, flash], None) is None, "a plain step: nothing to witness"
+
+
+def test_a_reading_that_changes_the_choice_is_worth_what_the_usual_reading_would_have_lost():
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=8, flash_run=6)
+    p.choose([ngram, flash], context(), MAX_K)
+    for _ in range(30):
+        ngram.estimates.acceptance(3 + AGREES).record(15, 15)
+        ngram.estimates.acceptance(3 + DISAGREES).record(15, 0)
+    est = flash.estimates
+    est.agreeing, est.insight = 0.9, 0.0  # they mostly agree: disagreeing is the news
+    p.choose([ngram, flash], context(), MAX_K)
+    assert est.insight > 0.0
+    moved = est.insight
+    flash.shape.firsts = [7] * LENGTH  # they agree: the usual reading, nothing learnt from it
+    p.choose([ngram, flash], context(), MAX_K)
+    assert est.insight == pytest.approx(0.9 * moved)
+
+
+# The generation: a witness's pass behind the copy's steps
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(target, tmp_path_factory):
+    return write_random_drafter(tmp_path_factory.mktemp("random"), target, num_layers=DRAFT_LAYERS, std=0.3)
+
+
+class Copying(AdaptivePolicy):
+    """Proposer auto on a script: mostly the n-gram member's steps, now and then the drafter's or
+    a plain step; the drafter drafts ahead behind every drafting step (a witness), and each
+    reading of it is kept."""
+
+    SCRIPT = ((0, 4), (0, 2), (0, 6), (1, 3), (0, 3), (None, 0), (0, 5), (0, 1), (1, 2), (0, 4))
+
+    def __init__(self, model):
+        super().__init__(model, lambda m: CostTable(lambda n: 1e-3))
+        self.choices = 0
+        self.read: list[tuple[int, list[int]]] = []  # (context length, the witness's drafts)
+
+    def choose(self, proposers, context, limit):
+        member, k = self.SCRIPT[self.choices % len(self.SCRIPT)]
+        self.choices += 1
+        for p in proposers:
+            self.estimates(p)
+        witness = proposers[1]
+        if witness.drafted_ahead(context):
+            self.read.append((len(context), list(witness.peek(context))))
+        if member is None or not min(k, limit):
+            return Choice(None, 0, plain_seconds=1e-3)
+        chosen = proposers[member]
+        return Choice(chosen, min(k, limit), plain_seconds=1e-3, ahead=chosen.drafted_ahead(context))
+
+    def drafting_ahead(self, members, drafted):
+        return members[1] if drafted is not None else None
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=70),
+                                      SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)],
+                         ids=["greedy", "sampled"])
+def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(target, checkpoint, sampling):
+    """Behind each of the n-gram member's steps the drafter drafts the next step's block, taking
+    in first what it sat out: its drafts are the ones it would make drafting for that step itself
+    (a drafter that drafts the reply's next tokens, wrong at set positions, shows it), and the
+    reply stays plain decoding's."""
+    plain = generate(target, PROMPT, sampling).tokens
+    drafter = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    policy = Copying(target)
+    gen = Generation(target, PROMPT, sampling, speculative=AutoProposer([NgramProposer(AUTO), drafter]), policy=policy)
+    steps = list(gen)
+    assert gen.tokens == plain
+    after_copy = [i for i, s in enumerate(steps[:-1]) if s.proposer == "n-gram" and s.drafts]
+    assert len(after_copy) > 5 and len(policy.read) >= len(after_copy) - 2
+    # a fresh drafter drafting for the same contexts itself
+    fresh = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    reply = PROMPT + plain
+    for length, drafts in policy.read:
+        fresh.attach(target, SamplingParams(max_tokens=1))
+        states = target_states(target, reply[:length])
+        fresh.reset(reply[:length], states)
+        assert drafts == fresh.propose(reply[:length], drafter.max_k).drafts, length
+        fresh.detach(target)
+
+
+def target_states(target, ids: list[int]) -> torch.Tensor:
+    """The target's states of every token of ids but the last, as a prefill leaves them."""
+    seq = target.new_sequence()
+    try:
+        return target.step(seq, ids[:-1], SamplingParams(max_tokens=1)).states
+    finally:
+        seq.release()
+
+
+def test_the_witness_switch_leaves_passes_drafted_ahead_to_the_drafters_own_steps(target, checkpoint, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_WITNESS", "0")
+    p = AdaptivePolicy(target)
+    drafter = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
+    ngram = NgramProposer(AUTO)
+    p.estimates(drafter)
+    assert p.drafting_ahead([ngram, drafter], ngram) is None
