@@ -24,7 +24,16 @@ from engine import (
     write_random_drafter,
 )
 from engine.limits import MAX_K
-from engine.speculation.adaptive import AGREES, DISAGREES, INSIGHT_START, AdaptivePolicy, Choice
+from engine.speculation.adaptive import (
+    AGREES,
+    DISAGREES,
+    INSIGHT_START,
+    SURE,
+    SURE_AT,
+    UNSURE,
+    AdaptivePolicy,
+    Choice,
+)
 from engine.speculation.loop import Step
 from engine.speculation.replay import FLASH, Replayed, Shape
 from engine.speculation.replay import PROMPT as REPLAY_PROMPT
@@ -75,6 +84,23 @@ def test_the_copy_is_weighed_on_its_estimates_for_whether_the_drafter_agrees(agr
     assert choice.after_pass, "the drafter's pass runs before the step, whichever member drafts"
     if agrees:
         assert choice.bucket == 3 + AGREES and choice.k == MAX_K
+
+
+@pytest.mark.parametrize("sure", [0.9, 0.2])
+def test_the_drafter_is_weighed_on_its_estimates_for_whether_it_is_sure_of_its_first_draft(sure):
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=8, ngram_run=0)
+    flash.shape.sure = [sure] * LENGTH
+    for _ in range(3):
+        p.choose([ngram, flash], context(), MAX_K)
+    for _ in range(30):  # sure of its first draft, it runs four deep; unsure, never
+        flash.estimates.acceptance(1 + SURE).record(4, 4)
+        flash.estimates.acceptance(1 + UNSURE).record(4, 0)
+    choice = p.choose([ngram, flash], context(), MAX_K)
+    if sure >= SURE_AT:
+        assert choice.proposer is flash and choice.bucket == 1 + SURE and choice.k >= 4
+    else:
+        assert choice.proposer is not flash
 
 
 def test_without_a_pass_drafted_ahead_the_copy_is_weighed_on_its_match_alone():
@@ -216,19 +242,44 @@ def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(ta
     reply = PROMPT + plain
     for length, drafts in policy.read:
         fresh.attach(target, SamplingParams(max_tokens=1))
-        states = target_states(target, reply[:length])
+        states = target_states(target, reply[:length], fresh.drafter)
         fresh.reset(reply[:length], states)
         assert drafts == fresh.propose(reply[:length], drafter.max_k).drafts, length
         fresh.detach(target)
 
 
-def target_states(target, ids: list[int]) -> torch.Tensor:
-    """The target's states of every token of ids but the last, as a prefill leaves them."""
-    seq = target.new_sequence()
+def test_a_pass_drafted_ahead_says_how_sure_the_drafter_is_of_its_first_draft(target, checkpoint):
+    """The drafter's probability of its first draft, read with the drafts of its pass drafted
+    ahead, is the one a pass of its own from that context gives."""
+    proposer = DFlashProposer(load_drafter(str(checkpoint), target), 5)
+    read = []
+    propose = proposer.propose
+
+    def reading(context, k):
+        if proposer.drafted_ahead(context):
+            read.append((len(context), proposer.sureness(context)))
+        return propose(context, k)
+
+    proposer.propose = reading
+    sampling = SamplingParams(max_tokens=40)
+    reply = PROMPT + generate(target, PROMPT, sampling, speculative=proposer).tokens
+    assert len(read) > 3 and len({round(sure, 4) for _, sure in read}) > 1
+    fresh = load_drafter(str(checkpoint), target)
+    for length, sure in read:
+        fresh.clear()
+        logits = fresh.draft([target_states(target, reply[:length], fresh)], reply[length - 1], logits=True)
+        assert sure == pytest.approx(float(torch.softmax(logits.float(), dim=-1)[0].max()), abs=1e-5)
+
+
+def target_states(target, ids: list[int], drafter) -> torch.Tensor:
+    """The target's states of every token of ids but the last that `drafter` reads, as a prefill leaves them."""
+    seq, kept = target.new_sequence(), target.state_layers
+    target.state_layers = drafter.state_layers
     try:
         return target.step(seq, ids[:-1], SamplingParams(max_tokens=1)).states
     finally:
         seq.release()
+        target.state_layers = kept
 
 
 def test_the_witness_switch_leaves_passes_drafted_ahead_to_the_drafters_own_steps(target, checkpoint, monkeypatch):

@@ -10,7 +10,10 @@ over both; the figure #17 asks of: auto / auto against the best fixed setting an
 
     PYTHONPATH=. python bench/cpu/policy_trace.py TRACE.json[.gz] [--drafter DIR] [--seeds 5]
 
-Traces of the bench's conversation: bench/results/session-19/conversation-trace-*.json.gz.
+Traces of the bench's conversation: bench/results/session-19/conversation-trace-*.json.gz; of the
+conversation, a second one, the bench's edit and explanation and three held-out prompts with the
+thirty-minute drafter, keeping its drafts and its probability of each (what a witness reads):
+bench/results/session-23/*-s20-sure.json.gz.
 """
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ MS = 1e-3
 # its verify step 0.17 ms longer. The host's time between steps, beyond a fixed k's (twenty-first
 # run's bench rows, wall time less the steps' windows): k auto 0.06-0.07 ms a step, proposer auto
 # over two members 0.13; replayed so, the twentieth run's policy took the conversation to 1.014-1.050x
-# its best fixed setting where the GPU measured 1.037x. Since 2026-12-05 the policy does more a
-# step (a witness's reading, the members it watches): 0.01 ms more of the host's (the CPU's
-# policy time a choice went from 29 to 39 us, bench/cpu/host_between_steps.py), and where it
+# its best fixed setting where the GPU measured 1.037x. Since 2026-12-05 proposer auto's policy
+# does more a step (a witness's reading, both readings weighed before it, the members it
+# watches): 0.02 ms more of the host's (on this CPU its choice and record went from 29 to 50 us
+# a step, replaying the bench's conversation; k auto's alone 17 us, unchanged), and where it
 # reads a witness's drafts, 0.02 ms it cannot hide behind the pass (the read's wait, the choice
-# after it: both readings are weighed before it).
+# after it).
 MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.60}), decode=1.215 * MS,
-                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.08 * MS, host_member=0.06 * MS,
+                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.07 * MS, host_member=0.08 * MS,
                   block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS,
                   peek=0.02 * MS)
 
@@ -69,8 +73,10 @@ def flash_shape(turn: dict) -> Shape:
     """The drafter's view: it always drafts (bucket 1); runs[0] of the trace is its draft after the
     prompt, which the prefill's token makes moot."""
     runs = turn["dflash"][1:]
-    drafted = turn.get("dflash_drafts")  # traces since 2026-12-05 keep the drafts themselves
-    return Shape([1] * len(runs), runs, None if drafted is None else [d[0] for d in drafted[1:]])
+    # traces since 2026-12-05 keep the drafts themselves, and the drafter's probability of each
+    drafted, sure = turn.get("dflash_drafts"), turn.get("dflash_sure")
+    return Shape([1] * len(runs), runs, None if drafted is None else [d[0] for d in drafted[1:]],
+                 None if sure is None else [p[0] for p in sure[1:]])
 
 
 def after_hit_or_miss(shapes: list[Shape], k: int = 15) -> tuple[float, float]:

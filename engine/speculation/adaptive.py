@@ -116,6 +116,10 @@ AGREES, DISAGREES = 100, 200
 # of a pass made for its step (host launch and device), the device time one drafted ahead takes:
 # 0.17 of 0.25 ms on the H200 (twenty-first run)
 PASS_DEVICE_SHARE = 0.7
+# a witness's own buckets where it is sure of its first draft or not (added to its bucket), and
+# the probability of it past which it is sure: better than even
+SURE, UNSURE = 10, 20
+SURE_AT = 0.5
 INSIGHT_START = 1.0  # tokens a step a witness's reading is first taken to be worth
 INSIGHT_RETURN = 0.98  # what of its insight a witness that does not witness keeps a step (from INSIGHT_START)
 # plain steps asked for at once, at most: each time the policy chooses again after them the device
@@ -293,23 +297,29 @@ class AdaptivePolicy:
         # (and another member's copy is read against them), and its device time comes before
         # whatever this step runs
         witness = next((p for p in proposers if p.drafted_ahead(context)), None)
-        read = None  # (the option of a copy read against the witness, the one had the reading gone the other way)
+        pending = []  # (proposer, its options weighed under each reading of the witness's pass)
         for proposer in proposers:
             bucket = proposer.bucket(context)
             if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
                 continue
-            if witness is not None and proposer is not witness and proposer.bucket_follows_text:
-                # both readings weighed before the witness's drafts are read: the host waits for
-                # its pass there, and the device waits for the host's next launch after it
-                agreeing = self.weigh(proposer, bucket + AGREES, context, limit, worth, witness)
-                disagreeing = self.weigh(proposer, bucket + DISAGREES, context, limit, worth, witness)
-                if self.agreement(proposer, witness, context) == AGREES:
-                    read = agreeing, disagreeing
-                else:
-                    read = disagreeing, agreeing
-                option = read[0]
-            else:
-                option = self.weigh(proposer, bucket, context, limit, worth, witness)
+            readings = self.readings(proposer, witness)
+            if readings:
+                # weighed under every reading before the witness's pass is read: the host waits
+                # for the pass there, and the device for the host's next launch after it
+                pending.append((proposer, {r: self.weigh(proposer, bucket + r, context, limit, worth, witness)
+                                           for r in readings}))
+                continue
+            option = self.weigh(proposer, bucket, context, limit, worth, witness)
+            options.append(option)
+            if option.value > best.value:
+                best = option
+        read = None  # (the copy's option as read, the one had the reading gone the other way)
+        for proposer, weighed in pending:
+            reading = self.reading(proposer, witness, context)
+            option = weighed.get(reading) or self.weigh(proposer, proposer.bucket(context) + reading, context,
+                                                         limit, worth, witness)
+            if proposer is not witness:
+                read = option, weighed[AGREES + DISAGREES - reading]
             options.append(option)
             if option.value > best.value:
                 best = option
@@ -389,12 +399,29 @@ class AdaptivePolicy:
         est.insight = RATE_FADE * est.insight + (1.0 - RATE_FADE) * lost
 
     @staticmethod
-    def agreement(follower: Proposer, witness: Proposer, context: list[int]) -> int:
-        """AGREES or DISAGREES: whether the first draft of the follower's copy is the witness's.
-        Where a trained drafter's first draft is the copy's, the copy ran on: the n-gram
-        proposer's first draft was kept 96 % of the time where they agreed and 23 % where they
-        did not, against 76 % overall (bench/cpu/agreement.py: the bench's conversation, traced)."""
-        mine = follower.first_draft(context)
+    def readings(proposer: Proposer, witness: Proposer | None) -> tuple[int, ...]:
+        """The bucket offsets a reading of the witness's pass may give the proposer's bucket: a
+        copy's (its first draft agrees with the witness's or not), the witness's own (sure of
+        its first draft or not); none without a witness."""
+        if witness is None:
+            return ()
+        if proposer is witness:
+            return (SURE, UNSURE)
+        return (AGREES, DISAGREES) if proposer.bucket_follows_text else ()
+
+    @staticmethod
+    def reading(proposer: Proposer, witness: Proposer, context: list[int]) -> int:
+        """What the witness's pass says of the proposer's next proposal (the host waits for the
+        pass here). A copy: whether its first draft is the witness's: where a trained drafter's
+        first draft is the copy's, the copy ran on (on the traced conversations, the n-gram
+        proposer's first draft kept 94-96 % of the time where they agreed, 18-27 % where not:
+        bench/cpu/agreement.py). The witness: whether it is sure of its first draft (its
+        probability at least SURE_AT: on seven traced replies, kept 13-27 % of the time below
+        0.5, 51-96 % above); 0 where it does not say."""
+        if proposer is witness:
+            sure = witness.sureness(context)
+            return 0 if sure is None else SURE if sure >= SURE_AT else UNSURE
+        mine = proposer.first_draft(context)
         return AGREES if mine is not None and mine == witness.first_draft(context) else DISAGREES
 
     def option(self, proposer: Proposer, curve: list[float], limit: int, worth: float,
@@ -473,7 +500,7 @@ class AdaptivePolicy:
         step's verify step (Proposer.draft_ahead), if any; `drafted`: the member this step drafts
         with (None: a plain step). The drafter of this step, where it is expected to draft the
         next one too (`drafts_ahead`); else a drafter that witnesses a member whose copy follows
-        the text (`agreement`): its drafts, made on the device while the host reads the step,
+        the text (`reading`): its drafts, made on the device while the host reads the step,
         tell whether the copy goes on."""
         if drafted is not None and drafted.can_draft_ahead() and self.drafts_ahead(drafted):
             return drafted

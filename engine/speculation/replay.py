@@ -68,7 +68,7 @@ class Machine:
     block_ahead: float | None = None
     block_device: float = 0.0
     # the host's wait for a witness's first draft (the pass drafted ahead, read before choosing:
-    # AdaptivePolicy.agreement), and what of the choice it can then no longer hide behind the pass
+    # AdaptivePolicy.reading), and what of the choice it can then no longer hide behind the pass
     peek: float = 0.0
     noise: float = 0.02  # relative spread of every step's time
     stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
@@ -83,6 +83,7 @@ class Shape:
     buckets: list[int]
     runs: list[int]
     firsts: list[int] | None = None  # its first draft at every position (-1: none), where traced
+    sure: list[float] | None = None  # a drafter's probability of its first draft at every position, where traced
 
 
 def agreeing(length: int, stay: float, enter: float, rng: random.Random) -> Shape:
@@ -176,6 +177,12 @@ class Replayed(Proposer):
             return None
         run = min(self.shape.runs[position], MAX_K)
         return ([1] * run + [0] * MAX_K)[:MAX_K]
+
+    def sureness(self, context: list[int]) -> float | None:
+        position = self.at(context)
+        if self.shape.sure is None or position >= len(self.shape.sure) or not self.drafted_ahead(context):
+            return None
+        return self.shape.sure[position]
 
     def first_draft(self, context: list[int]) -> int | None:
         position = self.at(context)

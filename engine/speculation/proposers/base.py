@@ -153,9 +153,15 @@ class Proposer:
         kept (AdaptivePolicy: `watched`)."""
         return None
 
+    def sureness(self, context: list[int]) -> float | None:
+        """The proposer's own probability of the first of `peek`'s drafts, where it has one (a
+        DFlash drafter's pass drafted ahead): proposer auto learns its acceptance apart where it
+        is sure and where not (AdaptivePolicy: SURE, UNSURE)."""
+        return None
+
     def first_draft(self, context: list[int]) -> int | None:
         """The first of `peek`'s drafts: proposer auto reads whether a copy agrees with a
-        drafter's (AdaptivePolicy.agreement)."""
+        drafter's (AdaptivePolicy.reading)."""
         drafts = self.peek(context)
         return drafts[0] if drafts else None
 

@@ -102,13 +102,15 @@ class DrafterGraphs:
         block at start + accepted + 1. The drafts [B-1], a copy (the graph's own output sits in
         the target's memory pool, which the verify step replayed next may reuse)."""
         drafter, seq = self.drafter, self.drafter.seq
-        graph, (_, drafts) = self._graph("ahead")
+        graph, (logits, drafts) = self._graph("ahead")
         start = seq.length
         seq.append(MAX_STEP + drafter.block_size)  # settle() gives back what the context does not keep
         self._load(seq.pages, start, anchor)
         self.count.copy_(accepted.view(1) + 1)
         self.states[: states.shape[0]].copy_(states)
         graph.replay()
+        # read from the logits before the verify step replayed next may reuse their memory
+        drafter.ahead_sure = drafter.sure_of(logits)
         return drafts.clone()
 
     @torch.inference_mode()

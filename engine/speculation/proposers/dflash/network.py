@@ -174,6 +174,7 @@ class DFlashDrafter(nn.Module):
         self.config = cfg
         self.block_size = cfg.block_size
         self.mask_token_id = cfg.mask_token_id
+        self.ahead_sure: torch.Tensor | None = None  # its probability of each draft of the last pass drafted ahead
         self.target_layer_ids = cfg.target_layer_ids
         # The target keeps each layer's states once, in layer order; fc reads them in the config's order
         # (which may repeat or go backwards).
@@ -209,6 +210,11 @@ class DFlashDrafter(nn.Module):
 
             return linear(hidden, self.vocab.head, None, False, torch.float32)
         return F.linear(hidden, self.vocab.head).float()
+
+    @staticmethod
+    def sure_of(logits: torch.Tensor) -> torch.Tensor:
+        """The drafter's probability of each greedy draft of `logits` [B-1, ...]: [B-1], on the device."""
+        return torch.softmax(logits.float(), dim=-1).amax(dim=-1)
 
     def drafts_of(self, logits: torch.Tensor) -> torch.Tensor:
         """The greedy drafts (token ids) of logits from `logits`."""
@@ -278,8 +284,9 @@ class DFlashDrafter(nn.Module):
         """draft() queued behind the verify step that decided its inputs, before the host has read
         that step: states [n, ...] are the step's states for all its tokens, of which the first
         accepted + 1 (accepted: a [1] device tensor) become context; anchor ([1], on the device) is
-        the step's last token. The greedy drafts [B-1], left on the device. Until `settle` the
-        cache holds up to a step's worth of positions past the context.
+        the step's last token. The greedy drafts [B-1], left on the device, and the drafter's
+        probability of each in `ahead_sure` (a policy reads how sure it is: AdaptivePolicy). Until
+        `settle` the cache holds up to a step's worth of positions past the context.
 
         Every row is taken in: the rows past accepted + 1 are refused drafts' states, and their
         K/V sit exactly where the block's own go (the block starts at accepted + 1), so the block
@@ -289,7 +296,9 @@ class DFlashDrafter(nn.Module):
         start = self.seq.length  # op by op the host reads the count (free on the CPU)
         self.extend(states)
         self.seq.truncate(start + int(accepted) + 1)
-        return self.drafts_of(self.block(anchor))
+        logits = self.block(anchor)
+        self.ahead_sure = self.sure_of(logits)
+        return self.drafts_of(logits)
 
     def settle(self, length: int) -> None:
         """The context is `length` tokens: what draft_ahead held past it goes."""

@@ -101,8 +101,10 @@ class DFlashProposer(Proposer):
         self.target = None
         # a pass drafted ahead (draft_ahead): the context's length its drafts follow (None until
         # observe has read the step and settled the drafter's context), and the drafts
-        self.ahead: tuple[int | None, torch.Tensor] | None = None
-        self.peeked: tuple[tuple, list[int]] | None = None  # those drafts read (peek), and which
+        # and the drafter's probability of each
+        self.ahead: tuple[int | None, torch.Tensor, torch.Tensor] | None = None
+        # those read (peek): which, the drafts, their probabilities
+        self.peeked: tuple[tuple, list[int], list[float]] | None = None
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -153,8 +155,13 @@ class DFlashProposer(Proposer):
         if not self.drafted_ahead(context):
             return None
         if self.peeked is None or self.peeked[0] is not self.ahead:
-            self.peeked = (self.ahead, self.ahead[1].tolist())
+            # one copy for both (token ids are exact in float32 up to 2^24)
+            drafts, sure = torch.stack((self.ahead[1].float(), self.ahead[2])).tolist()
+            self.peeked = (self.ahead, [int(d) for d in drafts], sure)
         return self.peeked[1]
+
+    def sureness(self, context: list[int]) -> float | None:
+        return self.peeked[2][0] if self.peek(context) else None
 
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's pass behind the verify step just queued, before the host reads
@@ -169,14 +176,15 @@ class DFlashProposer(Proposer):
         k = drafts.shape[0]
         accepted = (drafts == targets[:k]).int().cumprod(0).sum().view(1)
         anchor = targets.gather(0, accepted)
-        self.ahead = (None, self.drafter.draft_ahead(states, accepted, anchor))
+        drafts = self.drafter.draft_ahead(states, accepted, anchor)
+        self.ahead = (None, drafts, self.drafter.ahead_sure)
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         if self.ahead is not None and self.ahead[0] is None:
             # the pass drafted ahead took this step's states in (their memory may be reused by
             # now): the drafter's context is the context but its last token, as after any pass
             self.drafter.settle(len(context) - 1)
-            self.ahead = (len(context), self.ahead[1])
+            self.ahead = (len(context), *self.ahead[1:])
             return
         if states is None:  # a step the target kept no states for: `missing` counts its tokens
             return
