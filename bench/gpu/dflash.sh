@@ -63,7 +63,7 @@
 #   auto-check LAYERS      k auto with the drafter, as one background job: step by step against fixed k
 #                          (bench/gpu/auto_k_steps.py), the host's time between steps (host_time.py), the
 #                          bench rows at k 3 4 5 8 auto, the conversation (session.sh adaptive, DFlash
-#                          beside n-gram), then k auto where it sits out
+#                          beside n-gram, then again with SPECCHAT_WITNESS=0), then k auto where it sits out
 #                          (session.sh auto-plain); each part's output a file of $OUT
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
@@ -179,6 +179,11 @@ auto-check)
   timeout 200 python3 bench/gpu/host_time.py --model $name --dflash "$(drafter "$2")" 2>&1 \
     | grep -v "Warn\|warn\|regex" > "$OUT/host-time.txt"
   K="3 4 5 8 auto" bash "$0" bench "$2" > "$OUT/bench-auto.txt" 2>&1
+  # the conversation with the drafter drafting ahead behind its own steps only, then as a
+  # witness of the copy too: what the witness is worth on the GPU
+  SPECCHAT_WITNESS=0 DFLASH="$(drafter "$2")" NO_DRAFT=1 ROUNDS=2 bash bench/gpu/session.sh adaptive conversation \
+    > /dev/null 2>&1
+  mv "$OUT/adaptive-conversation.txt" "$OUT/adaptive-conversation-no-witness.txt"
   DFLASH="$(drafter "$2")" NO_DRAFT=1 ROUNDS=2 bash bench/gpu/session.sh adaptive conversation > /dev/null 2>&1
   bash bench/gpu/session.sh auto-plain > /dev/null 2>&1
   ;;
