@@ -47,6 +47,17 @@ def test_a_step_auto_chose_says_what_it_chose_and_what_it_expected():
     assert len(bars) == 3 and "n-gram" in key and "dflash" in key and "draft " not in key
 
 
+def test_the_inspector_says_what_a_witness_told_the_choice():
+    from specchat.widgets.inspector import auto_why
+
+    copied = Step([1, 2, 3], [1, 2, 3], 3, "bonus", 3, "n-gram", 0.0, 0.01, 10, gain=3.1,
+                  reading="the drafter's first draft is the copy's")
+    plain = Step([4], [], 0, "plain", 0, "off", 0.0, 0.01, 13, gain=1.0,
+                 reading="the drafter is unsure of its first draft")
+    assert "expected x3.10" in auto_why(copied) and "the drafter's first draft is the copy's" in auto_why(copied)
+    assert "plain step" in auto_why(plain) and "unsure of its first draft" in auto_why(plain)
+
+
 def test_a_step_of_a_fixed_k_adds_no_auto_lines():
     from specchat.widgets.inspector import auto_why
     from specchat.widgets.panel import choices

@@ -84,6 +84,7 @@ def test_the_copy_is_weighed_on_its_estimates_for_whether_the_drafter_agrees(agr
     assert choice.after_pass, "the drafter's pass runs before the step, whichever member drafts"
     if agrees:
         assert choice.bucket == 3 + AGREES and choice.k == MAX_K
+        assert choice.reading == "the drafter's first draft is the copy's"  # what the teaching view shows
 
 
 @pytest.mark.parametrize("sure", [0.9, 0.2])

@@ -120,6 +120,8 @@ PASS_DEVICE_SHARE = 0.7
 # the probability of it past which it is sure: better than even
 SURE, UNSURE = 10, 20
 SURE_AT = 0.5
+READINGS = {AGREES: "the drafter's first draft is the copy's", DISAGREES: "the drafter's first draft is not the copy's",
+            SURE: "the drafter is sure of its first draft", UNSURE: "the drafter is unsure of its first draft"}
 INSIGHT_START = 1.0  # tokens a step a witness's reading is first taken to be worth
 INSIGHT_RETURN = 0.98  # what of its insight a witness that does not witness keeps a step (from INSIGHT_START)
 # plain steps asked for at once, at most: each time the policy chooses again after them the device
@@ -156,6 +158,7 @@ class Choice:
     # members sitting the step out whose drafts are known (AdaptivePolicy.watching): (member,
     # bucket, drafts), learnt from once the step's tokens are
     watched: list = field(default_factory=list)
+    reading: str = ""  # what a witness's pass said of this option (the teaching view shows it)
 
     @property
     def value(self) -> float:
@@ -320,11 +323,14 @@ class AdaptivePolicy:
                                                          limit, worth, witness)
             if proposer is not witness:
                 read = option, weighed[AGREES + DISAGREES - reading]
+            option.reading = READINGS.get(reading, "")
             options.append(option)
             if option.value > best.value:
                 best = option
         if read is not None:
             self.learn_insight(witness, *read, [plain_step, *options], best)
+        if best is plain_step:
+            plain_step.reading = "; ".join(o.reading for o in options if o.reading)
         # a proposer sitting this step out may be probed instead, if its budget covers what the
         # step would lose against the best should none of its drafts be kept
         probe = None

@@ -56,6 +56,7 @@ class Step:
     prefill_s: float = 0.0  # the prompt's step, on the prefill Step
     gain: float | None = None  # k or proposer "auto": the expected speed of the choice over plain
     probe: bool = False  # k or proposer "auto": drafted to learn whether drafting pays again
+    reading: str = ""  # proposer "auto": what a witness's pass said that the choice weighed
     inspection: Inspection | None = None  # the verify step's numbers, when Generation.inspect is on
 
     @property
@@ -233,7 +234,7 @@ class Generation:
         steps = [plain_step([token], len(context) + i, verify_s=each) for i, token in enumerate(tokens)]
         if choice is not None:
             for step in steps:
-                step.gain = choice.gain
+                step.gain, step.reading = choice.gain, choice.reading
                 self.policy.record(choice, step, self._active.members)
         states = run.out.states
         return steps, None if states is None else [states[i : i + 1] for i in range(n)]
@@ -336,7 +337,8 @@ class Generation:
         kind = "plain" if not drafts else ("bonus" if accepted == len(drafts) else "correction")
         name = proposer.name if proposer else "off"
         step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
-                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe)
+                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe,
+                    reading=choice.reading)
         if inspect:  # after the clock: the inspector's reading is not the step's cost
             q = proposal.q if drafts else None
             step.inspection = inspect_step(out.logits, out.tokens, drafts, accepted, q, len(context), sampling)

@@ -38,13 +38,14 @@ def auto_why(step: Step) -> str:
     goes, and a proposer that sat out is now and then given a step to show it pays again."""
     if step.gain is None:
         return ""
+    read = f" ({step.reading}: its pass for this step, drafted ahead, said so)" if step.reading else ""
     if step.proposer == "off":
-        return "auto chose a plain step: no proposer's drafts were expected to beat one"
+        return "auto chose a plain step: no proposer's drafts were expected to beat one" + read
     if step.probe:
         return (f"auto chose {step.proposer} with k = {step.k} as a probe: it had sat out, and this step asks "
                 "whether its drafts land again")
     return (f"auto chose {step.proposer} with k = {step.k}: expected x{step.gain:.2f} the tokens a second "
-            "of plain steps, the best of its options")
+            "of plain steps, the best of its options" + read)
 
 
 def step_lines(step: Step, piece: str, decode: Callable[[list[int]], str], plain_step_s: float | None) -> list:
