@@ -290,3 +290,13 @@ def test_the_witness_switch_leaves_passes_drafted_ahead_to_the_drafters_own_step
     ngram = NgramProposer(AUTO)
     p.estimates(drafter)
     assert p.drafting_ahead([ngram, drafter], ngram) is None
+
+
+def test_a_drafter_alone_is_not_read_before_its_step():
+    """With no copy beside it, a drafter's pass drafted ahead goes to the verify step unread (the
+    host does not wait for it); beside a copy, it is read for the copy and for itself."""
+    ngram, flash = members(ngram_first=7, flash_first=7)
+    assert AdaptivePolicy.readings(flash, flash, [flash]) == ()
+    assert AdaptivePolicy.readings(flash, flash, [ngram, flash]) == (SURE, UNSURE)
+    assert AdaptivePolicy.readings(ngram, flash, [ngram, flash]) == (AGREES, DISAGREES)
+    assert AdaptivePolicy.readings(ngram, None, [ngram, flash]) == ()

@@ -305,7 +305,7 @@ class AdaptivePolicy:
             bucket = proposer.bucket(context)
             if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
                 continue
-            readings = self.readings(proposer, witness)
+            readings = self.readings(proposer, witness, proposers)
             if readings:
                 # weighed under every reading before the witness's pass is read: the host waits
                 # for the pass there, and the device for the host's next launch after it
@@ -405,11 +405,13 @@ class AdaptivePolicy:
         est.insight = RATE_FADE * est.insight + (1.0 - RATE_FADE) * lost
 
     @staticmethod
-    def readings(proposer: Proposer, witness: Proposer | None) -> tuple[int, ...]:
+    def readings(proposer: Proposer, witness: Proposer | None, proposers: list[Proposer]) -> tuple[int, ...]:
         """The bucket offsets a reading of the witness's pass may give the proposer's bucket: a
         copy's (its first draft agrees with the witness's or not), the witness's own (sure of
-        its first draft or not); none without a witness."""
-        if witness is None:
+        its first draft or not); none without a witness, nor where no member copies (a drafter
+        alone: reading its pass would have the host wait for it, where its drafts otherwise go
+        to the verify step unread, for a split of its estimates that replayed no faster)."""
+        if witness is None or not any(p is not witness and p.bucket_follows_text for p in proposers):
             return ()
         if proposer is witness:
             return (SURE, UNSURE)
