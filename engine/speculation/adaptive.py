@@ -67,12 +67,13 @@ A drafter whose pass for the next step was drafted ahead is a witness for propos
 (the n-gram proposer): where the copy's first draft is the drafter's, the copy runs on (on the
 traced conversations, its first draft kept 94-96 % of the time against 18-27 % where they
 disagreed: bench/cpu/agreement.py). So the copy's acceptance is learnt per reading as well as per
-match length (AGREES, DISAGREES), the drafter's drafts read before choosing (the host waits for
-its pass there, having weighed the copy under both readings), and the drafter drafts ahead behind
-the copy's steps too while that pays (`drafting_ahead`): while what the reading was worth of late
-(`Estimates.insight`: the value lost, where the reading was not the usual one, had the step been
-chosen on the usual one) and the pass it saves where the drafter drafts next outweigh the device
-time of a pass spent on nothing else. And a member sitting a step out whose drafts are known
+match length (AGREES, DISAGREES), and the drafter's own per whether it is sure of its first draft
+(SURE, UNSURE: its probability of it, read with the drafts); the pass is read before choosing
+(the host waits for it there, having weighed every option under each reading), and the drafter
+drafts ahead behind the copy's steps too while that pays (`drafting_ahead`): while what the
+reading was worth of late (`Estimates.insight`: the value lost, where the reading was not the
+usual one, had the step been chosen on the usual one) and the pass it saves where the drafter
+drafts next outweigh the device time of a pass spent on nothing else. And a member sitting a step out whose drafts are known
 anyway (the copy's lookup, a witness's pass: Proposer.peek) learns what they would have kept
 from the step's tokens (`watched`): its estimates follow the text without probes, and it is not
 probed.
@@ -536,10 +537,10 @@ class AdaptivePolicy:
 
     @staticmethod
     def pass_device(witness: Proposer) -> float:
-        """Seconds of device time a pass drafted ahead adds to the step after it: what the steps
-        after one took more than the others, the witness's own or a follower's, learnt; at
-        least PASS_DEVICE_SHARE of a pass made for its step (which a follower's steps, always
-        witnessed, would never learn)."""
+        """Seconds of device time a pass drafted ahead adds to the step after it: what the
+        witness's own steps after one took more than those after a pass made for them, learnt;
+        at least PASS_DEVICE_SHARE of a pass made for its step (a witness that seldom drafts
+        itself learns little of it)."""
         est = witness.estimates
         return max(est.verify_ahead(1) - est.verify(1), PASS_DEVICE_SHARE * est.drafting(1))
 

@@ -298,8 +298,8 @@ class Generation:
         device_drafts = on_device is not None
         # the member whose pass for the next step is queued behind this verify step, if any (the
         # count of drafts left on the device read from their shape: reading them waits for them)
-        drafted = min(k, on_device.shape[0] if device_drafts else len(proposal.drafts))
-        ahead = None if inspect or not drafted else self._ahead_member(proposer, drafted)
+        count = min(k, on_device.shape[0] if device_drafts else len(proposal.drafts))
+        ahead = None if inspect or not count else self._ahead_member(proposer, count)
         if ahead is not None and on_device is None:
             # a witness reads this step's drafts where the pass runs: copied there
             on_device = torch.tensor(proposal.drafts[:k], dtype=torch.long, device=model.device)
