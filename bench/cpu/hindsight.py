@@ -15,15 +15,11 @@ row against the auto row, and what no guess can pass is the hindsight row agains
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import random
-from pathlib import Path
 
 from bench.cpu.policy_replay import follow
-from bench.cpu.policy_trace import MACHINE, flash_shape, ngram_shape, settings
+from bench.cpu.policy_trace import MACHINE, read_turns, settings
 from engine.limits import MAX_K
-from engine.speculation.proposers.dflash.files import measured_acceptance
 from engine.speculation.replay import Shape, costs, replay
 
 
@@ -73,12 +69,7 @@ def main() -> None:
     p.add_argument("--drafter", default=None, help="the traced drafter's folder (for the auto row's start)")
     p.add_argument("--seeds", type=int, default=3, help="replays of the auto row")
     args = p.parse_args()
-    opened = gzip.open if args.trace.endswith(".gz") else open
-    with opened(args.trace, "rt") as f:
-        trace = json.load(f)
-    folder = Path(args.drafter or trace["drafter"])
-    known = measured_acceptance(folder, trace["block"]) if folder.exists() else trace.get("known")
-    turns = [(flash_shape(t), ngram_shape(t["prompt"], t["reply"]), len(t["reply"]) - 1) for t in trace["turns"]]
+    turns, known = read_turns(args.trace, args.drafter)
     rows: dict[str, float] = {"plain": sum(n * MACHINE.decode for _, _, n in turns)}
     for name, index in (("ngram", 0), ("dflash", 1)):
         fixed = {}

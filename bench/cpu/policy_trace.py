@@ -102,6 +102,18 @@ def settings(flash: Shape, ngram: Shape, known):
     yield "auto / auto", [Replayed("n-gram", ngram), Replayed("dflash", flash, model=FLASH, known=known)]
 
 
+def read_turns(path: str, drafter: str | None) -> tuple[list[tuple[Shape, Shape, int]], list[float] | None]:
+    """A trace's turns, each (the drafter's shape, the n-gram proposer's, tokens after the first),
+    and the drafter's own measurement k auto starts from (its folder's, else the trace's)."""
+    opened = gzip.open if path.endswith(".gz") else open
+    with opened(path, "rt") as f:
+        trace = json.load(f)
+    folder = Path(drafter or trace["drafter"])
+    known = measured_acceptance(folder, trace["block"]) if folder.exists() else trace.get("known")
+    turns = [(flash_shape(t), ngram_shape(t["prompt"], t["reply"]), len(t["reply"]) - 1) for t in trace["turns"]]
+    return turns, known
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("trace")
@@ -109,12 +121,7 @@ def main() -> None:
                    "what k auto starts from; default: the trace's folder, else the measurement the trace keeps)")
     p.add_argument("--seeds", type=int, default=5, help="replays of the conversation (step times vary 2 %%)")
     args = p.parse_args()
-    opened = gzip.open if args.trace.endswith(".gz") else open
-    with opened(args.trace, "rt") as f:
-        trace = json.load(f)
-    folder = Path(args.drafter or trace["drafter"])
-    known = measured_acceptance(folder, trace["block"]) if folder.exists() else trace.get("known")
-    turns = [(flash_shape(t), ngram_shape(t["prompt"], t["reply"]), len(t["reply"]) - 1) for t in trace["turns"]]
+    turns, known = read_turns(args.trace, args.drafter)
     names = [name for name, _ in settings(turns[0][0], turns[0][1], known)]
     per_turn = {name: [0.0] * len(turns) for name in names}
     for seed in range(args.seeds):
