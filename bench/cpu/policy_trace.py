@@ -39,14 +39,15 @@ MS = 1e-3
 # its verify step 0.17 ms longer. The host's time between steps, beyond a fixed k's (twenty-first
 # run's bench rows, wall time less the steps' windows): k auto 0.06-0.07 ms a step, proposer auto
 # over two members 0.13; replayed so, the twentieth run's policy took the conversation to 1.014-1.050x
-# its best fixed setting where the GPU measured 1.037x. Since 2026-12-05 proposer auto's policy
-# does more a step (a witness's reading, both readings weighed before it, the members it
-# watches): 0.02 ms more of the host's (on this CPU its choice and record went from 29 to 50 us
-# a step, replaying the bench's conversation; k auto's alone 17 us, unchanged), and where it
+# its best fixed setting where the GPU measured 1.037x. Since 2026-12-05 the policy does more a
+# step (the members it watches learn from every step; proposer auto's also reads a witness and
+# weighs every option under each reading before): 0.01 ms more of the host's for k auto, 0.02
+# more a member for proposer auto (bench/cpu/host_between_steps.py on this CPU, outside the
+# steps' windows: n-gram k auto 57 -> 61-70 us a step, auto / auto 79 -> 98-99), and where it
 # reads a witness's drafts, 0.02 ms it cannot hide behind the pass (the read's wait, the choice
 # after it).
 MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.60}), decode=1.215 * MS,
-                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.07 * MS, host_member=0.08 * MS,
+                  lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.08 * MS, host_member=0.08 * MS,
                   block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS,
                   peek=0.02 * MS)
 
