@@ -512,3 +512,34 @@ def test_the_share_of_a_members_steps_followed_by_its_own_follows_the_reply():
     step(a)
     step(None)  # a plain step after it: not its own either
     assert a.estimates.again < 0.25
+
+
+class Copy(Scripted):
+    """A nearly free proposer whose bucket follows the text (a copy: the n-gram proposer)."""
+
+    bucket_follows_text = True
+
+    def bucket(self, context):
+        return 3
+
+
+def test_a_copy_that_keeps_every_draft_is_taken_again_unweighed_until_it_misses():
+    """Within a run of copy steps at its deepest k that keep every draft, the policy takes the last
+    choice again without weighing the options (the host's time between a copy's steps is what the
+    device waits for), REPEATS in a row at most; a step that misses a draft ends the run."""
+    from engine.speculation.adaptive import REPEATS
+
+    p = policy()
+    copy = Copy(per_draft=0.0, name="copy")
+    weighed = []
+    weigh = p.weigh
+    p.weigh = lambda *a, **kw: weighed.append(1) or weigh(*a, **kw)
+    choices = run(p, [copy], 40, lambda who, k: k)  # every draft kept
+    deep = [c for c in choices if c.k == 15]
+    assert deep and sum(c.repeats > 0 for c in choices) > 20
+    assert max(c.repeats for c in choices) == REPEATS, "weighed again after REPEATS in a row"
+    assert len(weighed) < 40 - 20
+    assert all(c.proposer is copy and c.k == 15 for c in choices if c.repeats)
+    run(p, [copy], 1, lambda who, k: k - 1)  # a miss
+    assert p.streak is None
+    assert run(p, [copy], 1, lambda who, k: k)[0].repeats == 0

@@ -67,6 +67,9 @@ class Machine:
     # time it adds to the verify step queued behind it
     block_ahead: float | None = None
     block_device: float = 0.0
+    # the policy's host time where it takes the last choice again unweighed (AdaptivePolicy.repeat;
+    # None: `host`)
+    host_repeat: float | None = None
     # the host's wait for a witness's first draft (the pass drafted ahead, read before choosing:
     # AdaptivePolicy.reading), and what of the choice it can then no longer hide behind the pass
     peek: float = 0.0
@@ -310,6 +313,8 @@ def replay(
             # where it reads that pass's drafts (a witness), it waits for the pass first
             hidden = machine.block_device if ahead else 0.0
             host = machine.host + machine.host_member * (len(members) - 1)
+            if choice.repeats and machine.host_repeat is not None:
+                host = machine.host_repeat
             peeked = ahead and any(m.bucket_follows_text and m.bucket(context) for m in members)
             seconds += max(0.0, host - hidden) + (machine.peek if peeked else 0.0)
         for step in steps:
