@@ -142,3 +142,51 @@ def test_the_policy_chooses_while_a_pass_drafted_ahead_runs():
     assert 0 < ahead < len(run.choices)
     waited = run.seconds - run.metrics.propose_s - run.metrics.verify_s
     assert waited == pytest.approx((len(run.choices) - ahead) * 0.04 * MS)
+
+
+def witnessed_texts(replies: int = 4, length: int = 300) -> list[tuple[Shape, Shape]]:
+    """Replies that turn between a copy the drafter agrees with (the copy runs on, 12 drafts a
+    position; the drafter's first draft is the copy's) and prose where the copy still has a match
+    but its first draft is wrong and the drafter's right half the time (2 drafts when it is)."""
+    out = []
+    for seed in range(replies):
+        rng = random.Random(seed)
+        copy_runs, copy_firsts, flash_runs, flash_firsts = [], [], [], []
+        for stretch in range(length // 20):
+            copying_here = stretch % 2 == 0
+            for _ in range(20):
+                right = rng.random() < 0.5
+                copy_runs.append(12 if copying_here else 0)
+                copy_firsts.append(1 if copying_here else 7)
+                flash_runs.append(2 if copying_here or right else 0)
+                flash_firsts.append(1 if copying_here or right else 9)
+        out.append((Shape([1] * length, flash_runs, flash_firsts), Shape([3] * length, copy_runs, copy_firsts)))
+    return out
+
+
+def test_a_drafter_witnessing_the_copy_tells_proposer_auto_where_the_copy_goes_on(monkeypatch):
+    """Where the copy's match says the same whether it runs on or not, the drafter's pass, read
+    before the step, tells them apart: proposer auto with the witness drafts with the copy where
+    they agree and with the drafter where not, faster than with passes drafted ahead only behind
+    the drafter's own steps (SPECCHAT_WITNESS=0)."""
+    from engine.speculation.replay import FLASH
+
+    machine = replace(H200, block_pass=0.25 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS, noise=0.0)
+
+    def seconds(witnessing: str) -> tuple[float, list]:
+        monkeypatch.setenv("SPECCHAT_WITNESS", witnessing)
+        total, choices = 0.0, []
+        for seed, (flash, copy) in enumerate(witnessed_texts()):
+            run = replay(machine, [Replayed("n-gram", copy), Replayed("dflash", flash, model=FLASH)], 280,
+                         random.Random(seed))
+            total, choices = total + run.seconds, choices + run.choices
+        return total, choices
+
+    with_witness, choices = seconds("1")
+    without, _ = seconds("0")
+    copy_steps = [c.reading for c in choices if c.proposer and c.proposer.name == "n-gram"]
+    agreed = sum(r == "the drafter's first draft is the copy's" for r in copy_steps)
+    disagreed = sum(r == "the drafter's first draft is not the copy's" for r in copy_steps)
+    assert agreed > 5 * disagreed, "the copy drafts where the drafter agrees with it"
+    assert sum(1 for c in choices if c.proposer and c.proposer.name == "dflash") > 100, "the drafter where not"
+    assert with_witness < 0.8 * without
