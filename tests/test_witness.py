@@ -3,8 +3,9 @@ member's verify step, tells whether the n-gram proposer's copy agrees with it, a
 member sitting a step out would have kept.
 
 Where the copy's first draft is the drafter's, the copy runs on; where it is not, it seldom does
-(bench/cpu/agreement.py). So the copy's acceptance is learnt apart for the two readings, the
-drafter drafts ahead behind the copy's steps while that reading pays for its device time, and a
+(bench/cpu/agreement.py); a drafter unsure of its first draft seldom sees it kept. So the copy's
+acceptance is learnt apart for the two readings and the drafter's for whether it is sure, the
+drafter drafts ahead behind the copy's steps while its reading pays for its device time, and a
 member whose drafts are known without drafting (the copy's lookup, a pass drafted ahead) learns
 from every step and needs no probes.
 """
