@@ -73,10 +73,10 @@ match length (AGREES, DISAGREES), and the drafter's own per whether it is sure o
 drafts ahead behind the copy's steps too while that pays (`drafting_ahead`): while what the
 reading was worth of late (`Estimates.insight`: the value lost, where the reading was not the
 usual one, had the step been chosen on the usual one) and the pass it saves where the drafter
-drafts next outweigh the device time of a pass spent on nothing else. And a member sitting a step out whose drafts are known
-anyway (the copy's lookup, a witness's pass: Proposer.peek) learns what they would have kept
-from the step's tokens (`watched`): its estimates follow the text without probes, and it is not
-probed.
+drafts next outweigh the device time of a pass spent on nothing else. And a member sitting a
+step out whose drafts are known anyway (the copy's lookup, a witness's pass: Proposer.peek)
+learns what they would have kept from the step's tokens (`watched`): its estimates follow the
+text without probes, and it is not probed.
 
 Within a run of copy steps that keep every draft at the copy's deepest k, the policy takes the
 last choice again without weighing (`repeat`, REPEATS in a row at most): keeping every draft
@@ -312,7 +312,7 @@ class AdaptivePolicy:
         # (and another member's copy is read against them), and its device time comes before
         # whatever this step runs
         witness = next((p for p in proposers if p.drafted_ahead(context)), None)
-        pending = []  # (proposer, its options weighed under each reading of the witness's pass)
+        pending = []  # (proposer, its bucket, its options weighed under each reading of the witness's pass)
         for proposer in proposers:
             bucket = proposer.bucket(context)
             if bucket == 0 or min(limit, proposer.max_k) < 1:  # nothing to propose: not sitting out by choice
@@ -321,18 +321,17 @@ class AdaptivePolicy:
             if readings:
                 # weighed under every reading before the witness's pass is read: the host waits
                 # for the pass there, and the device for the host's next launch after it
-                pending.append((proposer, {r: self.weigh(proposer, bucket + r, context, limit, worth, witness)
-                                           for r in readings}))
+                pending.append((proposer, bucket, {r: self.weigh(proposer, bucket + r, context, limit, worth, witness)
+                                                   for r in readings}))
                 continue
             option = self.weigh(proposer, bucket, context, limit, worth, witness)
             options.append(option)
             if option.value > best.value:
                 best = option
         read = None  # (the copy's option as read, the one had the reading gone the other way)
-        for proposer, weighed in pending:
+        for proposer, bucket, weighed in pending:
             reading = self.reading(proposer, witness, context)
-            option = weighed.get(reading) or self.weigh(proposer, proposer.bucket(context) + reading, context,
-                                                         limit, worth, witness)
+            option = weighed.get(reading) or self.weigh(proposer, bucket + reading, context, limit, worth, witness)
             if proposer is not witness:
                 read = option, weighed[AGREES + DISAGREES - reading]
             option.reading = READINGS.get(reading, "")
@@ -591,7 +590,7 @@ class AdaptivePolicy:
             return
         drafted = choice.proposer if choice.k else None
         if (drafted is not None and drafted.bucket_follows_text and not choice.probe and not choice.after_pass
-                and choice.k == min(drafted.max_k, MAX_K) and step.accepted == choice.k):
+                and choice.k == drafted.max_k and step.accepted == choice.k):
             self.streak = choice  # a copy that kept every draft at its deepest k: `repeat`
         if self.last is not None:
             est = self.last.estimates
