@@ -429,7 +429,9 @@ def test_states_from_mid_context_are_those_of_the_whole(target, random_drafter):
     try:
         prefill = target.forward(seq, torch.tensor(ids))[1]
         again = context_states(target, seq, ids[5:9], first=5)
-        assert torch.allclose(again, prefill[5:9], atol=1e-5)
+        # a 4-token pass sums in another order than the whole prompt's: float32 rounding of
+        # states up to ~30 in size, where a state of another position differs by whole units
+        torch.testing.assert_close(again, prefill[5:9], rtol=1e-5, atol=1e-4)
     finally:
         target.state_layers = ()
         seq.release()

@@ -36,12 +36,19 @@ from engine.speculation.adaptive import (
     Choice,
 )
 from engine.speculation.loop import Step
-from engine.speculation.replay import FLASH, Replayed, Shape
+from engine.speculation.replay import DRAFT, FLASH, Replayed, Shape
 from engine.speculation.replay import PROMPT as REPLAY_PROMPT
 from engine.speculation.step_costs import CostTable
 from tests.dflash_target import DRAFT_LAYERS, PROMPT, foreseeing, make_target
 
 LENGTH = 64
+
+
+@pytest.fixture(autouse=True)
+def witnessing(monkeypatch):
+    """The witness is off unless SPECCHAT_WITNESS=1 (on the H200 it made the conversation slower):
+    these tests specify it switched on."""
+    monkeypatch.setenv("SPECCHAT_WITNESS", "1")
 
 
 def verify_cost(n: int) -> float:
@@ -128,6 +135,51 @@ def test_a_member_sitting_a_step_out_learns_what_its_known_drafts_would_have_kep
     after = ngram.estimates.acceptance(3 + DISAGREES).kept
     assert [a - 0.92 * b for a, b in zip(after[:4], before[:4])] == pytest.approx([1, 1, 1, 0])
     assert choice.watched == [], "learnt from once"
+
+
+def peeks(proposer) -> list[int]:
+    """Counts the proposer's peeks (its first_draft and sureness go through them too)."""
+    counted, peek = [], proposer.peek
+
+    def counting(context):
+        counted.append(len(context))
+        return peek(context)
+
+    proposer.peek = counting
+    return counted
+
+
+@pytest.mark.parametrize("beside", ["alone", "a draft model"])
+def test_a_pass_drafted_ahead_that_no_reading_waited_for_is_not_peeked(beside):
+    """A drafter whose pass was drafted ahead sits a plain step out, with no copy beside it
+    (alone, with k auto; beside a draft model): its drafts would go to the verify step unread,
+    so they are not read for what it would have kept either (the host would wait for the pass)."""
+    p = policy()
+    _, flash = members(ngram_first=7, flash_first=7, flash_run=0)
+    draft = Replayed("draft", Shape([1] * LENGTH, [0] * LENGTH, [7] * LENGTH), model=DRAFT)
+    proposers = [flash] if beside == "alone" else [draft, flash]
+    for proposer in proposers:
+        for _ in range(30):  # never kept: plain steps win
+            p.estimates(proposer).acceptance(1).record(15, 0)
+        proposer.estimates.credit = -1.0  # and none is probed
+    counted = peeks(flash)
+    choice = p.choose(proposers, context(), MAX_K)
+    assert choice.proposer is None and not choice.probe
+    assert counted == [] and choice.watched == []
+
+
+def test_a_witness_beside_the_copy_is_read_and_learns_while_it_sits_out():
+    """Beside the copy the witness's pass is read for the copy's reading anyway: sitting the
+    copy's step out, the witness learns what its drafts would have kept."""
+    p = policy()
+    ngram, flash = members(ngram_first=7, flash_first=7)
+    p.choose([ngram, flash], context(), MAX_K)
+    for _ in range(30):
+        ngram.estimates.acceptance(3 + AGREES).record(15, 15)
+    counted = peeks(flash)
+    choice = p.choose([ngram, flash], context(), MAX_K)
+    assert choice.proposer is ngram and counted
+    assert [w[0] for w in choice.watched] == [flash]
 
 
 def test_a_watched_member_is_not_probed():
@@ -250,6 +302,43 @@ def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(ta
         fresh.detach(target)
 
 
+def test_a_witness_takes_in_what_it_sat_out_before_the_verify_step(target, checkpoint, monkeypatch):
+    """A witness that sat steps out (the prompt, the script's plain step) takes in the states
+    it missed before the copy's verify step is queued, not behind it with its pass: there each
+    extension's input copy would wait for the verify step, and the host with it. The reply
+    stays plain decoding's."""
+    sampling = SamplingParams(max_tokens=70)
+    plain = generate(target, PROMPT, sampling).tokens
+    drafter = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    events = []
+    step, take_in, draft_ahead = target.step, drafter.drafter.take_in, drafter.draft_ahead
+
+    def verifying(*args, **kw):
+        events.append("verify")
+        return step(*args, **kw)
+
+    def taking_in(states):
+        events.append("take in" if events[-1:] != ["draft ahead"] else "take in within the pass")
+        take_in(states)
+
+    def drafting_ahead(*args):
+        events.append("draft ahead")
+        draft_ahead(*args)
+        events.append("drafted")
+
+    drafter.drafter.take_in, drafter.draft_ahead = taking_in, drafting_ahead
+    monkeypatch.setattr(target, "step", verifying)
+    gen = Generation(target, PROMPT, sampling, speculative=AutoProposer([NgramProposer(AUTO), drafter]),
+                     policy=Copying(target))
+    list(gen)
+    assert gen.tokens == plain
+    assert "take in within the pass" not in events, events
+    taken = [i for i, e in enumerate(events) if e == "take in"]
+    assert len(taken) >= 3, events
+    for i in taken:  # taken in, then the verify step, then the pass behind it
+        assert events[i + 1 : i + 4] == ["verify", "draft ahead", "drafted"], (i, events)
+
+
 def test_a_pass_drafted_ahead_says_how_sure_the_drafter_is_of_its_first_draft(target, checkpoint):
     """The drafter's probability of its first draft, read with the drafts of its pass drafted
     ahead, is the one a pass of its own from that context gives."""
@@ -284,13 +373,21 @@ def target_states(target, ids: list[int], drafter) -> torch.Tensor:
         target.state_layers = kept
 
 
-def test_the_witness_switch_leaves_passes_drafted_ahead_to_the_drafters_own_steps(target, checkpoint, monkeypatch):
-    monkeypatch.setenv("SPECCHAT_WITNESS", "0")
+@pytest.mark.parametrize("switch", ["0", None])
+def test_the_witness_switch_leaves_passes_drafted_ahead_to_the_drafters_own_steps(target, checkpoint, monkeypatch,
+                                                                                   switch):
+    """SPECCHAT_WITNESS=0, or unset (the default): no pass behind the copy's steps."""
+    if switch is None:
+        monkeypatch.delenv("SPECCHAT_WITNESS")
+    else:
+        monkeypatch.setenv("SPECCHAT_WITNESS", switch)
     p = AdaptivePolicy(target)
     drafter = DFlashProposer(load_drafter(str(checkpoint), target), AUTO)
     ngram = NgramProposer(AUTO)
     p.estimates(drafter)
     assert p.drafting_ahead([ngram, drafter], ngram) is None
+    monkeypatch.setenv("SPECCHAT_WITNESS", "1")
+    assert AdaptivePolicy(target).drafting_ahead([ngram, drafter], ngram) is drafter, "switched on, it witnesses"
 
 
 def test_a_drafter_alone_is_not_read_before_its_step():

@@ -74,9 +74,9 @@ drafts ahead behind the copy's steps too while that pays (`drafting_ahead`): whi
 reading was worth of late (`Estimates.insight`: the value lost, where the reading was not the
 usual one, had the step been chosen on the usual one) and the pass it saves where the drafter
 drafts next outweigh the device time of a pass spent on nothing else. And a member sitting a
-step out whose drafts are known anyway (the copy's lookup, a witness's pass: Proposer.peek)
-learns what they would have kept from the step's tokens (`watched`): its estimates follow the
-text without probes, and it is not probed.
+step out whose drafts are known anyway (the copy's lookup, a witness's pass read for a reading:
+Proposer.peek) learns what they would have kept from the step's tokens (`watched`): its
+estimates follow the text without probes, and it is not probed.
 
 Within a run of copy steps that keep every draft at the copy's deepest k, the policy takes the
 last choice again without weighing (`repeat`, REPEATS in a row at most): keeping every draft
@@ -273,9 +273,10 @@ class AdaptivePolicy:
         self.met: set[int] = set()  # the proposers this reply has asked about
         self.last: Proposer | None = None  # the proposer the last step drafted with
         self.streak: Choice | None = None  # the last choice, where `repeat` may take it again
-        # a drafter drafts ahead to witness a copy (drafting_ahead); SPECCHAT_WITNESS=0: only
-        # for a step of its own
-        self.witnessing = os.environ.get("SPECCHAT_WITNESS", "1") != "0"
+        # a drafter drafts ahead to witness a copy (drafting_ahead) with SPECCHAT_WITNESS=1; by
+        # default only for a step of its own: on the H200 (twenty-second run, bench/RESULTS.md)
+        # witnessing made the conversation 8-10 % slower, where the replay had it 4 % faster
+        self.witnessing = os.environ.get("SPECCHAT_WITNESS", "0") == "1"
 
     def estimates(self, proposer: Proposer) -> Estimates:
         if id(proposer) not in self.met:  # the first time this reply asks about it
@@ -345,7 +346,10 @@ class AdaptivePolicy:
         # a proposer sitting this step out may be probed instead, if its budget covers what the
         # step would lose against the best should none of its drafts be kept
         probe = None
-        watched = self.watching(options, best, context)
+        # the witness's pass, where a reading already waited for it: only then is it read for
+        # what the witness, sitting out, would have kept
+        read = witness if pending else None
+        watched = self.watching(options, best, context, read)
         for option in options:
             if option is best or option.proposer.estimates.credit < self.worst_loss(option, best) or any(
                     option.proposer is w[0] for w in watched):  # watched: its estimates follow the text
@@ -356,7 +360,7 @@ class AdaptivePolicy:
                 probe = asked
         if probe is not None:
             probe.displaced = best.value
-            probe.watched = self.watching(options, probe, context)
+            probe.watched = self.watching(options, probe, context, read)
             return probe
         if best.proposer is None:
             best.steps = self.plain_run(proposers, options, best, limit)
@@ -384,15 +388,23 @@ class AdaptivePolicy:
         return again
 
     @staticmethod
-    def watching(options: list[Choice], chosen: Choice, context: list[int]) -> list[tuple[Proposer, int, list[int]]]:
+    def watching(options: list[Choice], chosen: Choice, context: list[int], read: Proposer | None = None
+                 ) -> list[tuple[Proposer, int, list[int]]]:
         """The members sitting this step out whose drafts are known anyway (Proposer.peek), with
-        their buckets: the step's tokens tell what of them would have been kept (`record`)."""
+        their buckets: the step's tokens tell what of them would have been kept (`record`). A
+        pass drafted ahead is peeked only where it was `read` for a witness's reading this step:
+        else reading it would have the host wait for the pass (a drafter alone, or beside a
+        draft model, whose drafts go unread), and the member learns nothing of this step."""
         watched = []
         for option in options:
-            if option.proposer is not chosen.proposer or not chosen.k:
-                drafts = option.proposer.peek(context)
-                if drafts:
-                    watched.append((option.proposer, option.bucket, drafts))
+            member = option.proposer
+            if member is chosen.proposer and chosen.k:
+                continue  # it drafts the step
+            if member is not read and member.drafted_ahead(context):
+                continue  # its pass, unread: peeking it would wait for it
+            drafts = member.peek(context)
+            if drafts:
+                watched.append((member, option.bucket, drafts))
         return watched
 
     def weigh(self, proposer: Proposer, bucket: int, context: list[int], limit: int, worth: float,

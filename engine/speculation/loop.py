@@ -307,6 +307,11 @@ class Generation:
             # the drafts go from the drafter's output to the verify step's input on the device,
             # and come back to the host with the verified tokens: one wait, one copy, for the step
             drafted = device_mark(model.device)
+            if ahead is not None:
+                # a witness that sat steps out takes in what it missed ahead of the verify step:
+                # behind it, the host would wait for the step before it could launch the pass
+                # (after the drafting mark: it is not this step's drafts' time)
+                ahead.prepare_ahead()
             head = torch.full((1,), last, dtype=torch.long, device=model.device)
             every = on_device  # all the drafts proposed: the copy brings back the list for later too
             on_device = on_device[:k]

@@ -146,6 +146,11 @@ class Proposer:
         host's observe then settles what it found, and the next propose returns it."""
         raise NotImplementedError
 
+    def prepare_ahead(self) -> None:
+        """Called on the member that will draft_ahead behind this step's verify step, before that
+        step is queued: what it must read first (a drafter's states from steps it sat out) goes
+        in now, ahead of the verify step, not behind it where its launch would wait for it."""
+
     def peek(self, context: list[int]) -> list[int] | None:
         """The drafts (up to max_k) a proposal from `context` would make, where they are known for
         next to nothing (an n-gram lookup, a pass drafted ahead); None otherwise. Deterministic

@@ -170,14 +170,24 @@ class DFlashProposer(Proposer):
         are found there; the host's own reading of the step (observe) then settles the context,
         and the next proposal is these drafts. So the device runs the pass while the host reads
         the step and writes it out, instead of waiting for the host to launch it."""
-        if self.pending:  # a witness that sat steps out (proposer auto): what it missed goes in first
-            self.held, self.fresh = self.held + self.fresh, []
-            self.take_in_held()
+        # a witness that sat steps out (proposer auto): what it missed goes in first; the loop
+        # has it taken in before the verify step (prepare_ahead), this is for callers that do not
+        self.prepare_ahead()
         k = drafts.shape[0]
         accepted = (drafts == targets[:k]).int().cumprod(0).sum().view(1)
         anchor = targets.gather(0, accepted)
         drafts = self.drafter.draft_ahead(states, accepted, anchor)
         self.ahead = (None, drafts, self.drafter.ahead_sure)
+
+    def prepare_ahead(self) -> None:
+        # The states a witness missed sitting steps out go in before the verify step is queued:
+        # behind it, each extension's input copy (graphs._load) waits for that step, so the host
+        # could launch neither them nor the pass until the step was done. The held ones are
+        # copies; the fresh ones (the target's graph outputs, which the verify step overwrites)
+        # are read here, before it runs, as idle copies them.
+        if self.pending:
+            self.held, self.fresh = self.held + self.fresh, []
+            self.take_in_held()
 
     def observe(self, context: list[int], states: torch.Tensor | None = None) -> None:
         if self.ahead is not None and self.ahead[0] is None:
