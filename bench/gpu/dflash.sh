@@ -65,6 +65,12 @@
 #                          bench rows at k 3 4 5 8 auto, the conversation (session.sh adaptive, DFlash
 #                          beside n-gram, then again with SPECCHAT_WITNESS=0), then k auto where it sits out
 #                          (session.sh auto-plain); each part's output a file of $OUT
+#   train-check LAYERS MINUTES   as one background job: train (as `train`), keep's parts made at once,
+#                          then the conversation with the witness off and on (session.sh adaptive, DFlash
+#                          beside n-gram; PAIRS pairs, default 2, of ROUNDS rounds each, default 2,
+#                          alternating, since the host's pace drifts between runs a minute apart), then
+#                          the bench rows at K (default "4 8 auto"); each part's output a file of $OUT
+#   witness-ab LAYERS      train-check's measurements alone, with a drafter trained before
 #   costs LAYERS|random    where a DFlash step's time goes: host against device for the drafter's pass and
 #                          the verify step with and without states (bench/gpu/dflash_costs.py); random: a
 #                          random two-layer drafter (no training needed: its times are a trained one's)
@@ -222,6 +228,23 @@ all)
   bash "$0" costs "$layers" > "$OUT/costs.txt" 2>&1
   DFLASH=$(drafter "$layers") NO_DRAFT=1 ROUNDS=${ROUNDS:-2} bash bench/gpu/session.sh adaptive conversation \
     > "$OUT/adaptive.log" 2>&1
+  ;;
+train-check)
+  layers=${2:-2}; minutes=${3:-15}
+  PYTHONUNBUFFERED=1 TRAIN_TIMEOUT=${TRAIN_TIMEOUT:-$((minutes * 60 + 240))} bash "$0" train "$layers" "$minutes" > "$OUT/train.txt" 2>&1
+  mkdir -p /root/stage/keep-out && OUT=/root/stage/keep-out bash "$0" keep "$layers" > "$OUT/keep.txt" 2>&1
+  bash "$0" witness-ab "$layers"
+  ;;
+witness-ab)
+  layers=${2:-2}
+  for pair in $(seq 1 "${PAIRS:-2}"); do
+    for witness in 0 1; do
+      SPECCHAT_WITNESS=$witness DFLASH="$(drafter "$layers")" NO_DRAFT=1 ROUNDS=${ROUNDS:-2} \
+        bash bench/gpu/session.sh adaptive conversation > /dev/null 2>&1
+      mv "$OUT/adaptive-conversation.txt" "$OUT/conversation-witness-$witness-$pair.txt"
+    done
+  done
+  K="${K:-4 8 auto}" bash "$0" bench "$layers" > "$OUT/bench.txt" 2>&1
   ;;
 exact)
   timeout 300 python3 bench/gpu/dflash_exact.py $name "$(drafter "$2")" --held-out $DATA/eval.jsonl 2>&1 \

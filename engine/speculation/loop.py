@@ -281,6 +281,10 @@ class Generation:
         each step's target states where a drafter reads them."""
         model, sampling = self.model, self.sampling
         choice = self._choose(context)
+        # the host's wait for a pass drafted ahead that the policy read before choosing: the
+        # pass's device time, which would otherwise sit in this step's verify window (a run of
+        # plain steps is timed on the device from its own start: the pass was before it)
+        waited = sum(m.take_waited() for m in self._active.members) if self._active.k == AUTO else 0.0
         if choice.proposer is None and choice.steps > 1 and not self.inspect:
             # plain steps the policy would take one by one anyway: runs, one host wait each
             return self._decode(seq, context, choice.steps, choice)
@@ -342,7 +346,8 @@ class Generation:
         kind = "plain" if not drafts else ("bonus" if accepted == len(drafts) else "correction")
         name = proposer.name if proposer else "off"
         step = Step(tokens=tokens, drafts=drafts, accepted=accepted, kind=kind, k=k if proposer else 0, proposer=name,
-                    propose_s=t1 - t0, verify_s=t2 - t1, position=len(context), gain=choice.gain, probe=choice.probe,
+                    propose_s=t1 - t0, verify_s=t2 - t1 + waited, position=len(context), gain=choice.gain,
+                    probe=choice.probe,
                     reading=choice.reading)
         if inspect:  # after the clock: the inspector's reading is not the step's cost
             q = proposal.q if drafts else None

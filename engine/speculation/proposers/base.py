@@ -158,6 +158,12 @@ class Proposer:
         kept (AdaptivePolicy: `watched`)."""
         return None
 
+    def take_waited(self) -> float:
+        """Seconds the host waited in `peek` since last asked (a pass drafted ahead read before
+        its step): device time of the pass the loop counts in the step the reading chose, as it
+        would have been had the host not read it."""
+        return 0.0
+
     def sureness(self, context: list[int]) -> float | None:
         """The proposer's own probability of the first of `peek`'s drafts, where it has one (a
         DFlash drafter's pass drafted ahead): proposer auto learns its acceptance apart where it

@@ -174,7 +174,7 @@ class DFlashDrafter(nn.Module):
         self.config = cfg
         self.block_size = cfg.block_size
         self.mask_token_id = cfg.mask_token_id
-        self.ahead_sure: torch.Tensor | None = None  # its probability of each draft of the last pass drafted ahead
+        self.ahead_sure: torch.Tensor | None = None  # its probability of the first draft of the last pass drafted ahead
         self.target_layer_ids = cfg.target_layer_ids
         # The target keeps each layer's states once, in layer order; fc reads them in the config's order
         # (which may repeat or go backwards).
@@ -213,8 +213,9 @@ class DFlashDrafter(nn.Module):
 
     @staticmethod
     def sure_of(logits: torch.Tensor) -> torch.Tensor:
-        """The drafter's probability of each greedy draft of `logits` [B-1, ...]: [B-1], on the device."""
-        return torch.softmax(logits.float(), dim=-1).amax(dim=-1)
+        """The drafter's probability of its first greedy draft, of `logits` [B-1, ...]: [1], on
+        the device (a policy reads the first alone: one row of the vocabulary, not B-1)."""
+        return torch.softmax(logits[:1].float(), dim=-1).amax(dim=-1)
 
     def drafts_of(self, logits: torch.Tensor) -> torch.Tensor:
         """The greedy drafts (token ids) of logits from `logits`."""
@@ -285,7 +286,7 @@ class DFlashDrafter(nn.Module):
         that step: states [n, ...] are the step's states for all its tokens, of which the first
         accepted + 1 (accepted: a [1] device tensor) become context; anchor ([1], on the device) is
         the step's last token. The greedy drafts [B-1], left on the device, and the drafter's
-        probability of each in `ahead_sure` (a policy reads how sure it is: AdaptivePolicy). Until
+        probability of the first in `ahead_sure` (a policy reads how sure it is: AdaptivePolicy). Until
         `settle` the cache holds up to a step's worth of positions past the context.
 
         Every row is taken in: the rows past accepted + 1 are refused drafts' states, and their

@@ -45,6 +45,7 @@ the target has no graphs.
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -101,10 +102,11 @@ class DFlashProposer(Proposer):
         self.target = None
         # a pass drafted ahead (draft_ahead): the context's length its drafts follow (None until
         # observe has read the step and settled the drafter's context), and the drafts
-        # and the drafter's probability of each
+        # and the drafter's probability of the first
         self.ahead: tuple[int | None, torch.Tensor, torch.Tensor] | None = None
-        # those read (peek): which, the drafts, their probabilities
-        self.peeked: tuple[tuple, list[int], list[float]] | None = None
+        # those read (peek): which, the drafts, its probability of the first
+        self.peeked: tuple[tuple, list[int], float] | None = None
+        self.waited = 0.0  # seconds the host waited in peek for a pass drafted ahead (take_waited)
 
     def attach(self, target, sampling) -> None:
         if target is not self.drafter.target:
@@ -156,12 +158,18 @@ class DFlashProposer(Proposer):
             return None
         if self.peeked is None or self.peeked[0] is not self.ahead:
             # one copy for both (token ids are exact in float32 up to 2^24)
-            drafts, sure = torch.stack((self.ahead[1].float(), self.ahead[2])).tolist()
+            t0 = time.perf_counter()
+            *drafts, sure = torch.cat((self.ahead[1].float(), self.ahead[2])).tolist()
+            self.waited += time.perf_counter() - t0
             self.peeked = (self.ahead, [int(d) for d in drafts], sure)
         return self.peeked[1]
 
+    def take_waited(self) -> float:
+        waited, self.waited = self.waited, 0.0
+        return waited
+
     def sureness(self, context: list[int]) -> float | None:
-        return self.peeked[2][0] if self.peek(context) else None
+        return self.peeked[2] if self.peek(context) else None
 
     def draft_ahead(self, drafts: torch.Tensor, targets: torch.Tensor, states: torch.Tensor) -> None:
         """Queue the next step's pass behind the verify step just queued, before the host reads
