@@ -190,3 +190,25 @@ def test_a_drafter_witnessing_the_copy_tells_proposer_auto_where_the_copy_goes_o
     assert agreed > 5 * disagreed, "the copy drafts where the drafter agrees with it"
     assert sum(1 for c in choices if c.proposer and c.proposer.name == "dflash") > 100, "the drafter where not"
     assert with_witness < 0.8 * without
+
+
+def test_the_policys_time_after_reading_a_pass_is_not_hidden_behind_it(monkeypatch):
+    """Where the policy reads a pass drafted ahead before choosing, what it does after the read
+    (Machine.after_read, a share of its host time) runs with the device idle: the same replies
+    take that much longer, and without a read nothing changes."""
+    from engine.speculation.replay import FLASH
+
+    machine = replace(H200, block_pass=0.25 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS, noise=0.0,
+                      host=0.1 * MS, host_member=0.05 * MS)
+
+    def seconds(after_read: float, witnessing: str) -> float:
+        monkeypatch.setenv("SPECCHAT_WITNESS", witnessing)
+        flash, copy = witnessed_texts(replies=1)[0]
+        members = [Replayed("n-gram", copy), Replayed("dflash", flash, model=FLASH)]
+        return replay(replace(machine, after_read=after_read), members, 280, random.Random(0)).seconds
+
+    assert seconds(1.0, "1") > seconds(0.0, "1")
+    alone = replace(machine, after_read=1.0)
+    flash, _ = witnessed_texts(replies=1)[0]
+    assert replay(alone, Replayed("dflash", flash, model=FLASH), 280, random.Random(0)).seconds == replay(
+        machine, Replayed("dflash", flash, model=FLASH), 280, random.Random(0)).seconds, "a drafter alone is not read"

@@ -47,11 +47,13 @@ MS = 1e-3
 # reads a witness's drafts, 0.02 ms it cannot hide behind the pass (the read's wait, the choice
 # after it). Within a run of copy steps that keep every draft the policy takes the last choice
 # again unweighed (AdaptivePolicy.repeat): on this CPU 3-6 us against 25-50 for a choice it
-# weighs (replaying these traces), so 0.03 ms less than k auto's host time.
+# weighs (replaying these traces), so 0.03 ms less than k auto's host time. Of the policy's time
+# around a read pass, a quarter follows the read (on this CPU 230 us before it, 80 after, the
+# twenty-second run's code reading): the device idles through it.
 MACHINE = Machine(verify=verify_cost({1: 1.23, 3: 1.33, 5: 1.42, 9: 1.50, 16: 1.60}), decode=1.215 * MS,
                   lookup=0.03 * MS, first=0.0, chained=0.0, eager=0.0, host=0.08 * MS, host_member=0.08 * MS,
                   block_pass=0.25 * MS, block_catch_up=0.1 * MS, block_ahead=0.02 * MS, block_device=0.17 * MS,
-                  peek=0.02 * MS, host_repeat=0.05 * MS)
+                  peek=0.02 * MS, host_repeat=0.05 * MS, after_read=0.25)
 
 
 def ngram_shape(prompt: list[int], reply: list[int], max_n: int | None = None) -> Shape:

@@ -73,6 +73,10 @@ class Machine:
     # the host's wait for a witness's first draft (the pass drafted ahead, read before choosing:
     # AdaptivePolicy.reading), and what of the choice it can then no longer hide behind the pass
     peek: float = 0.0
+    # the share of the policy's host time that follows that read (the chosen option's last
+    # weighing, the members it watches, the proposal, the launches): with the device idle, not
+    # hidden behind the pass
+    after_read: float = 0.0
     noise: float = 0.02  # relative spread of every step's time
     stalls: float = 0.0  # share of steps the host stalls in (a collection, another thread)
     stall: float = 0.0  # seconds a stall adds to its step
@@ -316,7 +320,10 @@ def replay(
             if choice.repeats and machine.host_repeat is not None:
                 host = machine.host_repeat
             peeked = ahead and any(m.bucket_follows_text and m.bucket(context) for m in members)
-            seconds += max(0.0, host - hidden) + (machine.peek if peeked else 0.0)
+            if peeked:
+                seconds += max(0.0, host * (1.0 - machine.after_read) - hidden) + host * machine.after_read + machine.peek
+            else:
+                seconds += max(0.0, host - hidden)
         for step in steps:
             if auto:
                 policy.record(choice, step, members)
