@@ -277,16 +277,22 @@ class Copying(AdaptivePolicy):
         return members[1] if drafted is not None else None
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(max_tokens=70),
-                                      SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70)],
-                         ids=["greedy", "sampled"])
-def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(target, checkpoint, sampling):
+def real(target, checkpoint):
+    return load_drafter(str(checkpoint), target)
+
+
+@pytest.mark.parametrize("sampling,make", [(SamplingParams(max_tokens=70), foreseeing),
+                                           (SamplingParams(temperature=0.8, top_p=0.9, seed=3, max_tokens=70), foreseeing),
+                                           (SamplingParams(max_tokens=70), real)],
+                         ids=["greedy", "sampled", "greedy, its own drafts"])
+def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(target, checkpoint, sampling, make):
     """Behind each of the n-gram member's steps the drafter drafts the next step's block, taking
     in first what it sat out: its drafts are the ones it would make drafting for that step itself
-    (a drafter that drafts the reply's next tokens, wrong at set positions, shows it), and the
-    reply stays plain decoding's."""
+    (a drafter that drafts the reply's next tokens, wrong at set positions, shows which block it
+    drafts; the drafter's own drafts, from the states it took in, show those states are the
+    context's), and the reply stays plain decoding's."""
     plain = generate(target, PROMPT, sampling).tokens
-    drafter = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    drafter = DFlashProposer(make(target, checkpoint), AUTO)
     policy = Copying(target)
     gen = Generation(target, PROMPT, sampling, speculative=AutoProposer([NgramProposer(AUTO), drafter]), policy=policy)
     steps = list(gen)
@@ -294,7 +300,7 @@ def test_a_witness_behind_the_copys_steps_drafts_what_a_pass_of_its_own_would(ta
     after_copy = [i for i, s in enumerate(steps[:-1]) if s.proposer == "n-gram" and s.drafts]
     assert len(after_copy) > 5 and len(policy.read) >= len(after_copy) - 2
     # a fresh drafter drafting for the same contexts itself
-    fresh = DFlashProposer(foreseeing(target, checkpoint), AUTO)
+    fresh = DFlashProposer(make(target, checkpoint), AUTO)
     reply = PROMPT + plain
     for length, drafts in policy.read:
         fresh.attach(target, SamplingParams(max_tokens=1))
