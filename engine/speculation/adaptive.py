@@ -69,14 +69,17 @@ traced conversations, its first draft kept 94-96 % of the time against 18-27 % w
 disagreed: bench/cpu/agreement.py). So the copy's acceptance is learnt per reading as well as per
 match length (AGREES, DISAGREES), and the drafter's own per whether it is sure of its first draft
 (SURE, UNSURE: its probability of it, read with the drafts); the pass is read before choosing
-(the host waits for it there, having weighed every option under each reading), and the drafter
-drafts ahead behind the copy's steps too while that pays (`drafting_ahead`): while what the
-reading was worth of late (`Estimates.insight`: the value lost, where the reading was not the
-usual one, had the step been chosen on the usual one) and the pass it saves where the drafter
-drafts next outweigh the device time of a pass spent on nothing else. And a member sitting a
-step out whose drafts are known anyway (the copy's lookup, a witness's pass read for a reading:
-Proposer.peek) learns what they would have kept from the step's tokens (`watched`): its
-estimates follow the text without probes, and it is not probed.
+(the host waits for it there, having weighed every option under each reading; the loop counts
+that wait in the step it chose). With SPECCHAT_WITNESS=1 the drafter drafts ahead behind the
+copy's steps too while that pays (`drafting_ahead`): while what the reading was worth of late
+(`Estimates.insight`: the value lost, where the reading was not the usual one, had the step been
+chosen on the usual one) and the pass it saves where the drafter drafts next outweigh the device
+time of a pass spent on nothing else. Off by default: on the H200 that made the bench's
+conversation 8-10 % slower (twenty-second run), for costs the replay does not see.
+
+A member sitting a step out whose drafts are known anyway (the copy's lookup, a witness's pass
+read for a reading: Proposer.peek) learns what they would have kept from the step's tokens
+(`watched`): its estimates follow the text without probes, and it is not probed.
 
 Within a run of copy steps that keep every draft at the copy's deepest k, the policy takes the
 last choice again without weighing (`repeat`, REPEATS in a row at most): keeping every draft
