@@ -48,7 +48,7 @@
 #   keep LAYERS [FIRST]    the drafter's files (its checkpoint aside) back to the machine the code is read
 #                          from, as a tar in parts of 16 MB, 4 a call and the checksum (files back are 64 MiB
 #                          in all a call): FIRST 0, then 4, 8, 12 (a two-layer drafter is 14 parts); keep
-#                          them untracked in .gpu/keep/
+#                          them untracked in .gpu-keep/ (stage_coder.sh empties .gpu/)
 #   restore NAME           a drafter kept so (its parts and checksum carried into /root/stage as the GGUF's
 #                          are) back into the cache as dflash-NAME, once the parts add up to the checksum:
 #                          no training needed to measure it again
@@ -210,7 +210,7 @@ keep)  # parts and their checksum made once per drafter, in a folder of its own 
   cp "$kept/$base.sha256" "$OUT/"  # beside the parts: restore checks them against it
   echo "$(ls "$kept/$base".tar.part* | wc -l) parts in all, sha256 $(cut -c1-16 "$kept/$base.sha256")"
   ;;
-restore)  # carried as .gpu/keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256
+restore)  # carried as .gpu-keep/dflash-NAME.tar.partNNN and dflash-NAME.sha256, moved into /root/stage
   kept=/root/stage/dflash-$2
   if [ "$(cat $kept.tar.part* | sha256sum | cut -d' ' -f1)" != "$(cat $kept.sha256)" ]; then
     echo "dflash-$2: its parts do not add up to the kept drafter (a part missing or cut): not restored"; exit 1

