@@ -100,7 +100,7 @@ from dataclasses import dataclass, field
 
 from engine.limits import AUTO, MAX_K, MAX_STEP
 from engine.speculation.acceptance import Acceptance
-from engine.speculation.proposers.base import Proposer
+from engine.speculation.proposers.base import Proposer, common_prefix
 from engine.speculation.step_costs import CostTable, OnePassCost, RelativeCost, step_costs
 
 PROBE_SHARE = 0.01  # of the time spent sitting out, what probes may cost
@@ -629,10 +629,7 @@ class AdaptivePolicy:
         for proposer, bucket, drafts in choice.watched:
             # what it would have kept: its drafts against the step's tokens, as far as they go
             n = min(len(drafts), len(step.tokens))
-            kept = 0
-            while kept < n and drafts[kept] == step.tokens[kept]:
-                kept += 1
-            proposer.estimates.acceptance(bucket).record(min(kept + 1, n), kept)
+            proposer.estimates.acceptance(bucket).record(n, common_prefix(drafts, step.tokens))
         choice.watched = []  # a plain run's further steps start elsewhere
         if choice.proposer is None:
             return

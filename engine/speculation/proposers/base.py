@@ -11,6 +11,15 @@ from engine.runtime.sampling import GREEDY
 from engine.speculation.step_costs import step_costs
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens a and b share: the drafts a list of tokens keeps."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 @dataclass
 class Proposal:
     drafts: list[int]

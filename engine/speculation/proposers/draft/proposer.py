@@ -8,7 +8,7 @@ from engine.errors import EngineError
 from engine.limits import MAX_STEP
 from engine.loading.loader import load_model
 from engine.runtime.sampling import DRAFT, GREEDY, SamplingParams, probabilities
-from engine.speculation.proposers.base import DeviceProposal, Proposer
+from engine.speculation.proposers.base import DeviceProposal, Proposer, common_prefix
 from engine.speculation.proposers.spec import ProposerOptions
 
 # A chained draft step (a replay queued behind the one before, no host wait between them) against
@@ -21,14 +21,6 @@ CHAINED_SHARE = 0.66
 # H200, instead of one op-by-op step of 15-20 ms (an eager step of the 1.5B target took 18-21 ms,
 # bench/results/steps-coder-1.5b-real.json); past it, one op-by-op step is the cheaper.
 CATCH_UP_STEPS = 8
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class DraftProposer(Proposer):
