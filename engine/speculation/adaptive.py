@@ -332,18 +332,18 @@ class AdaptivePolicy:
             options.append(option)
             if option.value > best.value:
                 best = option
-        read = None  # (the copy's option as read, the one had the reading gone the other way)
+        as_read = None  # (the copy's option as read, the one had the reading gone the other way)
         for proposer, bucket, weighed in pending:
             reading = self.reading(proposer, witness, context)
             option = weighed.get(reading) or self.weigh(proposer, bucket + reading, context, limit, worth, witness)
             if proposer is not witness:
-                read = option, weighed[AGREES + DISAGREES - reading]
+                as_read = option, weighed[AGREES + DISAGREES - reading]
             option.reading = READINGS.get(reading, "")
             options.append(option)
             if option.value > best.value:
                 best = option
-        if read is not None:
-            self.learn_insight(witness, *read, [plain_step, *options], best)
+        if as_read is not None:
+            self.learn_insight(witness, *as_read, [plain_step, *options], best)
         if best is plain_step:
             plain_step.reading = "; ".join(o.reading for o in options if o.reading)
         # a proposer sitting this step out may be probed instead, if its budget covers what the
